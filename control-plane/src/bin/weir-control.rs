@@ -1,0 +1,2 @@
+//! weir-control: grows into the control plane in issue 3.
+fn main() {}

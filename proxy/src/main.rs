@@ -1,0 +1,2 @@
+//! Wiring only: read config, build the runtime, run until SIGTERM, drain.
+fn main() {}

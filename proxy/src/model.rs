@@ -1,0 +1,515 @@
+//! The domain model shared by every stage: services, endpoints, routes, policy. Deserialized
+//! straight from the registry file (YAML, camelCase, unknown fields refused); protobuf converts
+//! into these types at the boundary.
+
+use std::{collections::HashMap, fmt, net::SocketAddr, str::FromStr, sync::Arc, time::Duration};
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+/// A whole registry: what the file holds, validated, published as one `Arc<Registry>`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Registry {
+    #[serde(default)]
+    pub services: Vec<Service>,
+    #[serde(default)]
+    pub gateway: Gateway,
+}
+
+/// Edge routes served on the gateway listener.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Gateway {
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Service {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Authorities (Host / :authority, without port) that name this service.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Virtual addresses transparent clients dial.
+    #[serde(default)]
+    pub addresses: Vec<SocketAddr>,
+    #[serde(default)]
+    pub app_protocol: Option<AppProtocol>,
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    #[serde(default)]
+    pub policy: Policy,
+}
+
+pub fn default_namespace() -> String {
+    "default".to_string()
+}
+
+/// What protocol a service's endpoints speak, when it differs from what the client spoke.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AppProtocol {
+    Http,
+    H2c,
+    Grpc,
+    Tcp,
+    Tls,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Endpoint {
+    pub address: SocketAddr,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Expected peer identity (SPIFFE id), checked once mTLS lands.
+    #[serde(default)]
+    pub identity: Option<String>,
+    #[serde(default)]
+    pub labels: HashMap<String, String>,
+    #[serde(default = "default_true")]
+    pub ready: bool,
+}
+
+pub fn default_weight() -> u32 {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+
+/// A Gateway API HTTPRoute rule: matches → ordered filters → weighted backends.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Route {
+    #[serde(default)]
+    pub name: String,
+    /// Any one match selects the route; no matches = matches everything.
+    #[serde(default)]
+    pub matches: Vec<RouteMatch>,
+    #[serde(default)]
+    pub filters: Vec<Filter>,
+    #[serde(default)]
+    pub backend_refs: Vec<BackendRef>,
+    #[serde(default)]
+    pub timeouts: Option<RouteTimeouts>,
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
+    #[serde(default)]
+    pub circuit_breaker: Option<CircuitBreakerPolicy>,
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitPolicy>,
+}
+
+/// All present conditions must hold.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteMatch {
+    #[serde(default)]
+    pub path: Option<PathMatch>,
+    #[serde(default)]
+    pub headers: Vec<HeaderMatch>,
+    #[serde(default)]
+    pub query_params: Vec<QueryParamMatch>,
+    #[serde(default)]
+    pub method: Option<Method>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type", content = "value")]
+pub enum PathMatch {
+    Exact(String),
+    PathPrefix(String),
+    RegularExpression(Pattern),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderMatch {
+    #[serde(rename = "type", default)]
+    pub kind: ValueMatchKind,
+    pub name: HeaderName,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueryParamMatch {
+    #[serde(rename = "type", default)]
+    pub kind: ValueMatchKind,
+    pub name: String,
+    pub value: String,
+}
+
+/// Gateway API: `Exact` (default) or `RegularExpression` for header and query matches.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub enum ValueMatchKind {
+    #[default]
+    Exact,
+    RegularExpression,
+}
+
+/// Ordered filters, applied in the order written.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type", deny_unknown_fields)]
+pub enum Filter {
+    RequestHeaderModifier {
+        #[serde(rename = "requestHeaderModifier")]
+        request_header_modifier: HeaderModifier,
+    },
+    ResponseHeaderModifier {
+        #[serde(rename = "responseHeaderModifier")]
+        response_header_modifier: HeaderModifier,
+    },
+    URLRewrite {
+        #[serde(rename = "urlRewrite")]
+        url_rewrite: UrlRewrite,
+    },
+    RequestRedirect {
+        #[serde(rename = "requestRedirect")]
+        request_redirect: RequestRedirect,
+    },
+    /// Spring Cloud Gateway's AddRequestParameter.
+    AddQueryParameter {
+        #[serde(rename = "addQueryParameter")]
+        add_query_parameter: NameValue,
+    },
+    RequestMirror {
+        #[serde(rename = "requestMirror")]
+        request_mirror: RequestMirror,
+    },
+    Fault {
+        fault: Fault,
+    },
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderModifier {
+    #[serde(default)]
+    pub set: Vec<HeaderValuePair>,
+    #[serde(default)]
+    pub add: Vec<HeaderValuePair>,
+    #[serde(default)]
+    pub remove: Vec<HeaderName>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeaderValuePair {
+    pub name: HeaderName,
+    pub value: HeaderValue,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NameValue {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UrlRewrite {
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub path: Option<PathModifier>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type")]
+pub enum PathModifier {
+    ReplaceFullPath {
+        #[serde(rename = "replaceFullPath")]
+        replace_full_path: String,
+    },
+    ReplacePrefixMatch {
+        #[serde(rename = "replacePrefixMatch")]
+        replace_prefix_match: String,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestRedirect {
+    #[serde(default)]
+    pub scheme: Option<String>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub path: Option<PathModifier>,
+    /// 301 or 302 (Gateway API); 303, 307 and 308 are accepted too.
+    #[serde(default = "default_redirect_status")]
+    pub status_code: u16,
+}
+
+fn default_redirect_status() -> u16 {
+    302
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestMirror {
+    pub backend_ref: BackendRef,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Fault {
+    #[serde(default)]
+    pub abort: Option<FaultAbort>,
+    #[serde(default)]
+    pub delay: Option<FaultDelay>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultAbort {
+    pub percentage: f64,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultDelay {
+    pub percentage: f64,
+    pub duration: Dur,
+}
+
+/// A reference to a service by name (namespace defaults to the referring object's, else `default`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendRef {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default = "default_backend_weight")]
+    pub weight: u32,
+}
+
+fn default_backend_weight() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouteTimeouts {
+    #[serde(default)]
+    pub request: Option<Dur>,
+    #[serde(default)]
+    pub backend_request: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicy {
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    #[serde(default)]
+    pub codes: Vec<u16>,
+    #[serde(default)]
+    pub backoff: Option<Dur>,
+    #[serde(default)]
+    pub non_idempotent: bool,
+}
+
+/// Per-service policy (resilience lands in issue 4; the fields are parsed and validated now).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub timeout: Option<Dur>,
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudget>,
+    #[serde(default)]
+    pub circuit_breaker: Option<CircuitBreakerPolicy>,
+    #[serde(default)]
+    pub max_concurrent_requests: Option<u32>,
+    #[serde(default)]
+    pub max_pending_requests: Option<u32>,
+    #[serde(default)]
+    pub rate_limit: Option<RateLimitPolicy>,
+    #[serde(default)]
+    pub failfast: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryBudget {
+    pub ratio: f64,
+    #[serde(default)]
+    pub min_per_second: u32,
+    #[serde(default)]
+    pub ttl: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CircuitBreakerPolicy {
+    #[serde(default)]
+    pub consecutive_failures: Option<u32>,
+    #[serde(default)]
+    pub success_rate: Option<SuccessRate>,
+    #[serde(default)]
+    pub min_ejection: Option<Dur>,
+    #[serde(default)]
+    pub max_ejection: Option<Dur>,
+    #[serde(default)]
+    pub min_ready_endpoints: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SuccessRate {
+    pub threshold: f64,
+    pub window: Dur,
+    #[serde(default)]
+    pub min_requests: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitPolicy {
+    pub requests_per_second: f64,
+    #[serde(default)]
+    pub burst: u32,
+    /// `none` (default), `client`, or `header:<name>`.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+/// HTTP method, validated at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Method(pub http::Method);
+
+/// Header name, validated (and lower-cased) at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderName(pub http::HeaderName);
+
+/// Header value, validated at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderValue(pub http::HeaderValue);
+
+/// A regular expression compiled at load time; matching is anchored (whole value), as Gateway API
+/// implementations do.
+#[derive(Debug, Clone)]
+pub struct Pattern(pub Arc<regex::Regex>);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+/// A duration written as Go/Kubernetes do: `250ms`, `10s`, `1m`, `1h`, `1m30s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+macro_rules! string_newtype {
+    ($ty:ident, $what:literal, |$s:ident| $parse:expr, |$v:ident| $show:expr) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let $s = String::deserialize(d)?;
+                let parsed: Result<$ty, String> = $parse;
+                parsed.map_err(|e| de::Error::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e)))
+            }
+        }
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let $v = self;
+                s.serialize_str(&$show)
+            }
+        }
+    };
+}
+
+string_newtype!(Method, "method", |s| http::Method::from_str(&s).map(Method).map_err(|e| e.to_string()), |v| v.0.as_str());
+string_newtype!(HeaderName, "header name", |s| http::HeaderName::from_str(&s).map(HeaderName).map_err(|e| e.to_string()), |v| v.0.as_str());
+string_newtype!(HeaderValue, "header value", |s| http::HeaderValue::from_str(&s).map(HeaderValue).map_err(|e| e.to_string()), |v| v.0.to_str().unwrap_or(""));
+string_newtype!(Pattern, "regular expression", |s| regex::Regex::new(&format!("^(?:{s})$")).map(|r| Pattern(Arc::new(r))).map_err(|e| e.to_string()), |v| {
+    let s = v.0.as_str();
+    s.strip_prefix("^(?:").and_then(|s| s.strip_suffix(")$")).unwrap_or(s)
+});
+string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| format_duration(v.0));
+
+/// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err("expected a number, like 10s or 500ms".into());
+        }
+        let n: f64 = rest[..num_len].parse().map_err(|_| "bad number".to_string())?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            "" => return Err("missing unit (h, m, s, ms, us, ns)".into()),
+            u => return Err(format!("unknown unit {u:?} (h, m, s, ms, us, ns)")),
+        };
+        rest = &rest[unit_len..];
+        total += Duration::from_secs_f64(n * secs);
+    }
+    Ok(total)
+}
+
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+impl Service {
+    /// `name.namespace`, the key metrics and logs use.
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.name, self.namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_kubernetes() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("10x").is_err());
+    }
+}
