@@ -154,9 +154,9 @@ pub enum ValueMatchKind {
     RegularExpression,
 }
 
-/// Ordered filters, applied in the order written.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "type", deny_unknown_fields)]
+/// Ordered filters, applied in the order written. Deserialized through [`FilterRepr`] (see there).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "type")]
 pub enum Filter {
     RequestHeaderModifier {
         #[serde(rename = "requestHeaderModifier")]
@@ -186,6 +186,98 @@ pub enum Filter {
     Fault {
         fault: Fault,
     },
+}
+
+/// The wire shape of a [`Filter`]: `type` plus one payload field. Serde's internally tagged enums
+/// buffer the whole mapping before choosing the variant, which loses serde_yaml's positions (a bad
+/// duration deep inside a filter was reported at the start of the `filters` list); a plain struct
+/// streams, so every error keeps its own line and column.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FilterRepr {
+    #[serde(rename = "type")]
+    kind: FilterKind,
+    request_header_modifier: Option<HeaderModifier>,
+    response_header_modifier: Option<HeaderModifier>,
+    url_rewrite: Option<UrlRewrite>,
+    request_redirect: Option<RequestRedirect>,
+    add_query_parameter: Option<NameValue>,
+    request_mirror: Option<RequestMirror>,
+    fault: Option<Fault>,
+}
+
+#[derive(Deserialize)]
+enum FilterKind {
+    RequestHeaderModifier,
+    ResponseHeaderModifier,
+    URLRewrite,
+    RequestRedirect,
+    AddQueryParameter,
+    RequestMirror,
+    Fault,
+}
+
+impl TryFrom<FilterRepr> for Filter {
+    type Error = String;
+
+    fn try_from(r: FilterRepr) -> Result<Self, String> {
+        let present = [
+            ("requestHeaderModifier", r.request_header_modifier.is_some()),
+            (
+                "responseHeaderModifier",
+                r.response_header_modifier.is_some(),
+            ),
+            ("urlRewrite", r.url_rewrite.is_some()),
+            ("requestRedirect", r.request_redirect.is_some()),
+            ("addQueryParameter", r.add_query_parameter.is_some()),
+            ("requestMirror", r.request_mirror.is_some()),
+            ("fault", r.fault.is_some()),
+        ];
+        let (name, filter) = match r.kind {
+            FilterKind::RequestHeaderModifier => (
+                "requestHeaderModifier",
+                r.request_header_modifier
+                    .map(|m| Filter::RequestHeaderModifier {
+                        request_header_modifier: m,
+                    }),
+            ),
+            FilterKind::ResponseHeaderModifier => (
+                "responseHeaderModifier",
+                r.response_header_modifier
+                    .map(|m| Filter::ResponseHeaderModifier {
+                        response_header_modifier: m,
+                    }),
+            ),
+            FilterKind::URLRewrite => (
+                "urlRewrite",
+                r.url_rewrite.map(|u| Filter::URLRewrite { url_rewrite: u }),
+            ),
+            FilterKind::RequestRedirect => (
+                "requestRedirect",
+                r.request_redirect.map(|x| Filter::RequestRedirect {
+                    request_redirect: x,
+                }),
+            ),
+            FilterKind::AddQueryParameter => (
+                "addQueryParameter",
+                r.add_query_parameter.map(|x| Filter::AddQueryParameter {
+                    add_query_parameter: x,
+                }),
+            ),
+            FilterKind::RequestMirror => (
+                "requestMirror",
+                r.request_mirror
+                    .map(|x| Filter::RequestMirror { request_mirror: x }),
+            ),
+            FilterKind::Fault => ("fault", r.fault.map(|fault| Filter::Fault { fault })),
+        };
+        if let Some((stray, _)) = present.iter().find(|(field, set)| *set && *field != name) {
+            return Err(format!(
+                "field `{stray}` does not belong in this filter, expected `{name}`"
+            ));
+        }
+        filter.ok_or_else(|| format!("missing field `{name}`"))
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -222,7 +314,8 @@ pub struct UrlRewrite {
     pub path: Option<PathModifier>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+/// Deserialized through [`PathModifierRepr`], for the same reason as [`FilterRepr`].
+#[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "type")]
 pub enum PathModifier {
     ReplaceFullPath {
@@ -234,6 +327,87 @@ pub enum PathModifier {
         replace_prefix_match: String,
     },
 }
+
+/// The wire shape of a [`PathModifier`]; see [`FilterRepr`] for why it is not a tagged enum.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PathModifierRepr {
+    #[serde(rename = "type")]
+    kind: PathModifierKind,
+    replace_full_path: Option<String>,
+    replace_prefix_match: Option<String>,
+}
+
+#[derive(Deserialize)]
+enum PathModifierKind {
+    ReplaceFullPath,
+    ReplacePrefixMatch,
+}
+
+impl TryFrom<PathModifierRepr> for PathModifier {
+    type Error = String;
+
+    fn try_from(r: PathModifierRepr) -> Result<Self, String> {
+        match (r.kind, r.replace_full_path, r.replace_prefix_match) {
+            (PathModifierKind::ReplaceFullPath, Some(p), None) => {
+                Ok(PathModifier::ReplaceFullPath {
+                    replace_full_path: p,
+                })
+            }
+            (PathModifierKind::ReplacePrefixMatch, None, Some(p)) => {
+                Ok(PathModifier::ReplacePrefixMatch {
+                    replace_prefix_match: p,
+                })
+            }
+            (PathModifierKind::ReplaceFullPath, _, Some(_)) => Err(
+                "field `replacePrefixMatch` does not belong in a ReplaceFullPath modifier".into(),
+            ),
+            (PathModifierKind::ReplacePrefixMatch, Some(_), _) => Err(
+                "field `replaceFullPath` does not belong in a ReplacePrefixMatch modifier".into(),
+            ),
+            (PathModifierKind::ReplaceFullPath, None, None) => {
+                Err("missing field `replaceFullPath`".into())
+            }
+            (PathModifierKind::ReplacePrefixMatch, _, None) => {
+                Err("missing field `replacePrefixMatch`".into())
+            }
+        }
+    }
+}
+
+/// Deserializes `$ty` from the mapping shape `$repr`, converting inside `visit_map` so a conversion
+/// error is pinned to the mapping (serde's `try_from` would report it at the enclosing list).
+macro_rules! deserialize_via_repr {
+    ($ty:ident, $repr:ident, $what:literal) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($what)
+                    }
+                    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<$ty, A::Error> {
+                        let repr = $repr::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                        $ty::try_from(repr).map_err(de::Error::custom)
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+    };
+}
+
+deserialize_via_repr!(
+    Filter,
+    FilterRepr,
+    "a filter: a mapping with `type` and its field"
+);
+deserialize_via_repr!(
+    PathModifier,
+    PathModifierRepr,
+    "a path modifier: a mapping with `type` and its field"
+);
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -419,9 +593,22 @@ macro_rules! string_newtype {
     ($ty:ident, $what:literal, |$s:ident| $parse:expr, |$v:ident| $show:expr) => {
         impl<'de> Deserialize<'de> for $ty {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let $s = String::deserialize(d)?;
-                let parsed: Result<$ty, String> = $parse;
-                parsed.map_err(|e| de::Error::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e)))
+                // Parsing inside `visit_str` (not after `String::deserialize`) lets serde_yaml pin a
+                // bad value to its own line and column instead of the enclosing mapping's.
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("a ", $what))
+                    }
+                    fn visit_str<E: de::Error>(self, $s: &str) -> Result<$ty, E> {
+                        let parsed: Result<$ty, String> = $parse;
+                        parsed.map_err(|e| {
+                            E::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e))
+                        })
+                    }
+                }
+                d.deserialize_str(V)
             }
         }
         impl Serialize for $ty {
@@ -433,14 +620,53 @@ macro_rules! string_newtype {
     };
 }
 
-string_newtype!(Method, "method", |s| http::Method::from_str(&s).map(Method).map_err(|e| e.to_string()), |v| v.0.as_str());
-string_newtype!(HeaderName, "header name", |s| http::HeaderName::from_str(&s).map(HeaderName).map_err(|e| e.to_string()), |v| v.0.as_str());
-string_newtype!(HeaderValue, "header value", |s| http::HeaderValue::from_str(&s).map(HeaderValue).map_err(|e| e.to_string()), |v| v.0.to_str().unwrap_or(""));
-string_newtype!(Pattern, "regular expression", |s| regex::Regex::new(&format!("^(?:{s})$")).map(|r| Pattern(Arc::new(r))).map_err(|e| e.to_string()), |v| {
-    let s = v.0.as_str();
-    s.strip_prefix("^(?:").and_then(|s| s.strip_suffix(")$")).unwrap_or(s)
+string_newtype!(
+    Method,
+    "method",
+    |s| http::Method::from_str(&s)
+        .map(Method)
+        .map_err(|e| e.to_string()),
+    |v| v.0.as_str()
+);
+string_newtype!(
+    HeaderName,
+    "header name",
+    |s| http::HeaderName::from_str(&s)
+        .map(HeaderName)
+        .map_err(|e| e.to_string()),
+    |v| v.0.as_str()
+);
+string_newtype!(
+    HeaderValue,
+    "header value",
+    |s| http::HeaderValue::from_str(&s)
+        .map(HeaderValue)
+        .map_err(|e| e.to_string()),
+    |v| v.0.to_str().unwrap_or("")
+);
+// regex's message is a multi-line caret picture of our anchored wrapper; keep its last line only.
+string_newtype!(
+    Pattern,
+    "regular expression",
+    |s| regex::Regex::new(&format!("^(?:{s})$"))
+        .map(|r| Pattern(Arc::new(r)))
+        .map_err(|e| regex_reason(&e)),
+    |v| {
+        let s = v.0.as_str();
+        s.strip_prefix("^(?:")
+            .and_then(|s| s.strip_suffix(")$"))
+            .unwrap_or(s)
+    }
+);
+string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| {
+    format_duration(v.0)
 });
-string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| format_duration(v.0));
+
+fn regex_reason(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let last = text.lines().last().unwrap_or("");
+    last.strip_prefix("error: ").unwrap_or(last).to_string()
+}
 
 /// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -454,13 +680,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = s;
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if num_len == 0 {
             return Err("expected a number, like 10s or 500ms".into());
         }
-        let n: f64 = rest[..num_len].parse().map_err(|_| "bad number".to_string())?;
+        let n: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| "bad number".to_string())?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let secs = match &rest[..unit_len] {
             "h" => 3600.0,
             "m" => 60.0,
