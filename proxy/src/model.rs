@@ -120,8 +120,10 @@ pub struct RouteMatch {
     pub method: Option<Method>,
 }
 
+/// With `type` written before `value`, a bad regex is reported at the value; the other way round
+/// serde buffers the value and the error points at the `path` mapping.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(tag = "type", content = "value")]
+#[serde(tag = "type", content = "value", deny_unknown_fields)]
 pub enum PathMatch {
     Exact(String),
     PathPrefix(String),
@@ -623,7 +625,7 @@ macro_rules! string_newtype {
 string_newtype!(
     Method,
     "method",
-    |s| http::Method::from_str(&s)
+    |s| http::Method::from_str(s)
         .map(Method)
         .map_err(|e| e.to_string()),
     |v| v.0.as_str()
@@ -631,7 +633,7 @@ string_newtype!(
 string_newtype!(
     HeaderName,
     "header name",
-    |s| http::HeaderName::from_str(&s)
+    |s| http::HeaderName::from_str(s)
         .map(HeaderName)
         .map_err(|e| e.to_string()),
     |v| v.0.as_str()
@@ -639,7 +641,7 @@ string_newtype!(
 string_newtype!(
     HeaderValue,
     "header value",
-    |s| http::HeaderValue::from_str(&s)
+    |s| http::HeaderValue::from_str(s)
         .map(HeaderValue)
         .map_err(|e| e.to_string()),
     |v| v.0.to_str().unwrap_or("")
@@ -658,7 +660,7 @@ string_newtype!(
             .unwrap_or(s)
     }
 );
-string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| {
+string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
     format_duration(v.0)
 });
 
@@ -711,7 +713,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
