@@ -2,4 +2,5 @@
 //! and the tests.
 
 pub mod addr;
+pub mod discovery;
 pub mod model;

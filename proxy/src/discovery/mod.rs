@@ -1,0 +1,3 @@
+//! Where service state comes from: the standalone registry file (and, later, the per-target index).
+
+pub mod registry_file;

@@ -1,0 +1,381 @@
+//! Registry-file parsing: the DESIGN.md example, and every error pinned to its line and column.
+
+use std::time::Duration;
+
+use super::*;
+use crate::model::{Filter, PathMatch, PathModifier};
+
+/// DESIGN.md's registry-file and policy/routes examples, merged into one file, verbatim.
+pub(crate) const DESIGN_EXAMPLE: &str = r#"services:
+  - name: auth-service
+    namespace: default
+    hosts: [auth-service, auth-service.default.svc.cluster.local]
+    addresses: ["10.96.0.10:80"]          # virtual IPs transparent clients dial
+    endpoints:
+      - address: "127.0.0.1:8174"
+      - address: "127.0.0.1:8176"
+        weight: 2
+    policy:
+      retryBudget: { ratio: 0.2, minPerSecond: 10, ttl: 10s }
+      circuitBreaker: { consecutiveFailures: 7, minEjection: 1s, maxEjection: 60s }
+      timeout: 10s
+  - name: api
+    policy:                                   # per service
+      timeout: 10s
+      retryBudget: { ratio: 0.2, minPerSecond: 10, ttl: 10s }
+      circuitBreaker:
+        consecutiveFailures: 7
+        successRate: { threshold: 0.8, window: 10s, minRequests: 5 }
+        minEjection: 1s
+        maxEjection: 60s
+        minReadyEndpoints: 1
+      maxConcurrentRequests: 1000
+      maxPendingRequests: 100
+      rateLimit: { requestsPerSecond: 100, burst: 20, key: header:x-user }   # or none / client
+    routes:
+      - name: api
+        matches: [{ path: { type: PathPrefix, value: /api } }]
+        timeouts: { request: 2s, backendRequest: 500ms }          # HTTPRoute timeouts
+        retry: { attempts: 3, codes: [502, 503], backoff: 25ms, nonIdempotent: false }
+        circuitBreaker: { consecutiveFailures: 5 }                # per-route breaker
+        rateLimit: { requestsPerSecond: 50, burst: 10 }
+        filters:
+          - type: RequestMirror
+            requestMirror: { backendRef: { name: shadow-service } }
+          - type: Fault
+            fault: { abort: { percentage: 10, status: 503 }, delay: { percentage: 5, duration: 100ms } }
+        backendRefs:
+          - { name: api-v1, weight: 90 }
+          - { name: api-v2, weight: 10 }
+  - name: api-v1
+  - name: api-v2
+  - name: shadow-service
+gateway:                                   # edge routes (gateway listener)
+  routes:
+    - name: auth
+      matches: [{ path: { type: PathPrefix, value: /auth-service } }]
+      filters:
+        - type: URLRewrite
+          urlRewrite: { path: { type: ReplacePrefixMatch, replacePrefixMatch: / } }
+        - type: RequestHeaderModifier
+          requestHeaderModifier: { set: [{ name: X-Request-Source, value: gateway }] }
+      backendRefs: [{ name: auth-service, namespace: default, weight: 100 }]
+"#;
+
+/// Every problem in `text`, as displayed (`registry.yaml:L:C: path: reason`).
+fn problems(text: &str) -> Vec<String> {
+    match parse("registry.yaml", text) {
+        Ok(_) => vec![],
+        Err(e) => e.problems().iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// A valid file with two services and a gateway route, to break one line at a time.
+const BASE: &str = "services:
+  - name: api
+    addresses: [\"10.96.0.1:80\"]
+    endpoints:
+      - address: 127.0.0.1:8080
+  - name: web
+    hosts: [Web.Example.COM]
+gateway:
+  routes:
+    - name: edge
+      matches: [{ path: { type: PathPrefix, value: /web } }]
+      backendRefs: [{ name: web }]
+";
+
+fn base_with(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from:?} is not in BASE");
+    BASE.replacen(from, to, 1)
+}
+
+#[test]
+fn design_example_parses_with_every_field() {
+    let reg = parse("registry.yaml", DESIGN_EXAMPLE).expect("the DESIGN.md example is valid");
+    let names: Vec<_> = reg.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["auth-service", "api", "api-v1", "api-v2", "shadow-service"]
+    );
+    let auth = &reg.services[0];
+    assert_eq!(
+        auth.hosts,
+        ["auth-service", "auth-service.default.svc.cluster.local"]
+    );
+    assert_eq!(auth.addresses, ["10.96.0.10:80".parse().expect("literal")]);
+    assert_eq!(auth.endpoints[1].address.port(), 8176);
+    assert_eq!((auth.endpoints[0].weight, auth.endpoints[1].weight), (1, 2));
+    let budget = auth.policy.retry_budget.as_ref().expect("retryBudget");
+    assert_eq!((budget.ratio, budget.min_per_second), (0.2, 10));
+    assert_eq!(budget.ttl.map(|d| d.0), Some(Duration::from_secs(10)));
+
+    let api = &reg.services[1];
+    let cb = api.policy.circuit_breaker.as_ref().expect("circuitBreaker");
+    assert_eq!(
+        cb.success_rate
+            .as_ref()
+            .map(|s| (s.threshold, s.min_requests)),
+        Some((0.8, 5))
+    );
+    assert_eq!(cb.max_ejection.map(|d| d.0), Some(Duration::from_secs(60)));
+    let rl = api.policy.rate_limit.as_ref().expect("rateLimit");
+    assert_eq!(rl.key.as_deref(), Some("header:x-user"));
+    let route = &api.routes[0];
+    assert_eq!(
+        route.matches[0].path,
+        Some(PathMatch::PathPrefix("/api".into()))
+    );
+    let timeouts = route.timeouts.as_ref().expect("timeouts");
+    assert_eq!(
+        timeouts.backend_request.map(|d| d.0),
+        Some(Duration::from_millis(500))
+    );
+    let retry = route.retry.as_ref().expect("retry");
+    assert_eq!(
+        (retry.attempts, retry.codes.as_slice()),
+        (Some(3), &[502, 503][..])
+    );
+    assert!(
+        matches!(&route.filters[0], Filter::RequestMirror { request_mirror } if request_mirror.backend_ref.name == "shadow-service")
+    );
+    let Filter::Fault { fault } = &route.filters[1] else {
+        panic!("second filter is a Fault")
+    };
+    assert_eq!(
+        fault.abort.as_ref().map(|a| (a.percentage, a.status)),
+        Some((10.0, 503))
+    );
+    assert_eq!(
+        fault.delay.as_ref().map(|d| d.duration.0),
+        Some(Duration::from_millis(100))
+    );
+    let weights: Vec<_> = route
+        .backend_refs
+        .iter()
+        .map(|b| (b.name.as_str(), b.weight))
+        .collect();
+    assert_eq!(weights, [("api-v1", 90), ("api-v2", 10)]);
+
+    let edge = &reg.gateway.routes[0];
+    let Filter::URLRewrite { url_rewrite } = &edge.filters[0] else {
+        panic!("first filter is a URLRewrite")
+    };
+    let prefix = PathModifier::ReplacePrefixMatch {
+        replace_prefix_match: "/".into(),
+    };
+    assert_eq!(url_rewrite.path.as_ref(), Some(&prefix));
+    let Filter::RequestHeaderModifier {
+        request_header_modifier: m,
+    } = &edge.filters[1]
+    else {
+        panic!("header modifier")
+    };
+    assert_eq!(
+        (m.set[0].name.0.as_str(), m.set[0].value.0.as_bytes()),
+        ("x-request-source", &b"gateway"[..])
+    );
+    assert_eq!(edge.backend_refs[0].namespace.as_deref(), Some("default"));
+}
+
+#[test]
+fn design_example_round_trips_through_yaml() {
+    let reg = parse("registry.yaml", DESIGN_EXAMPLE).expect("valid");
+    let text = serde_yaml::to_string(&reg).expect("serializes");
+    assert_eq!(parse("again.yaml", &text).expect("re-parses"), reg);
+}
+
+#[test]
+fn bad_address_is_reported_at_the_value() {
+    let text = base_with("address: 127.0.0.1:8080", "address: 127.0.0.1:80800");
+    assert_eq!(
+        problems(&text),
+        ["registry.yaml:5:18: services[0].endpoints[0].address: invalid socket address syntax"]
+    );
+}
+
+#[test]
+fn misspelt_field_is_reported_at_the_key() {
+    let text = base_with("    endpoints:", "    endpionts:");
+    let expected = "registry.yaml:4:5: services[0]: unknown field `endpionts`, expected one of `name`, `namespace`, `hosts`, `addresses`, `appProtocol`, `endpoints`, `routes`, `policy`";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn bad_duration_is_reported_at_the_value() {
+    let text = base_with(
+        "      backendRefs",
+        "      timeouts: { request: 2sec }\n      backendRefs",
+    );
+    let expected = "registry.yaml:12:28: gateway.routes[0].timeouts.request: invalid duration \"2sec\": unknown unit \"sec\" (h, m, s, ms, us, ns)";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn bad_regex_is_reported_at_the_value() {
+    let text = base_with(
+        "type: PathPrefix, value: /web",
+        "type: RegularExpression, value: \"/web(\"",
+    );
+    let expected = "registry.yaml:11:59: gateway.routes[0].matches[0].path.value: invalid regular expression \"/web(\": unclosed group";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn bad_filter_type_is_reported_at_the_type() {
+    let text = base_with(
+        "      backendRefs",
+        "      filters:\n        - type: Rewrite\n      backendRefs",
+    );
+    let expected = "registry.yaml:13:17: gateway.routes[0].filters[0].type: unknown variant `Rewrite`, expected one of `RequestHeaderModifier`, `ResponseHeaderModifier`, `URLRewrite`, `RequestRedirect`, `AddQueryParameter`, `RequestMirror`, `Fault`";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn filter_field_of_another_type_is_reported_at_the_filter() {
+    let text = base_with(
+        "      backendRefs",
+        "      filters:\n        - type: Fault\n          urlRewrite: {}\n      backendRefs",
+    );
+    let expected = "registry.yaml:13:11: gateway.routes[0].filters[0]: field `urlRewrite` does not belong in this filter, expected `fault`";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn unknown_backend_ref_is_reported_at_its_name() {
+    let text = base_with(
+        "backendRefs: [{ name: web }]",
+        "backendRefs: [{ name: web }, { name: webb }]",
+    );
+    let expected = "registry.yaml:12:44: gateway.routes[0].backendRefs[1].name: no service \"webb\" in namespace \"default\"";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn duplicate_virtual_address_is_reported_at_the_second_one() {
+    let text = base_with(
+        "    hosts:",
+        "    addresses: [\"10.96.0.2:80\", \"10.96.0.1:80\"]\n    hosts:",
+    );
+    let expected = "registry.yaml:7:33: services[1].addresses[1]: address 10.96.0.1:80 already belongs to service api.default";
+    assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn every_semantic_problem_is_reported_together_in_document_order() {
+    let text = "services:
+  - name: api
+    hosts: [API.example, \"\"]
+    endpoints:
+      - { address: 127.0.0.1:8080, weight: 0 }
+    policy:
+      retryBudget: { ratio: 1.5 }
+      circuitBreaker: { successRate: { threshold: 2, window: 10s } }
+    routes:
+      - filters:
+          - type: Fault
+            fault: { abort: { percentage: 120, status: 600 }, delay: { percentage: -1, duration: 1s } }
+          - type: RequestRedirect
+            requestRedirect: { statusCode: 300 }
+          - type: RequestMirror
+            requestMirror: { backendRef: { name: api, namespace: prod } }
+      - name: nowhere
+  - name: api
+    hosts: [api.EXAMPLE]
+";
+    assert_eq!(
+        problems(text),
+        [
+            "registry.yaml:3:26: services[0].hosts[1]: a host must not be empty",
+            "registry.yaml:5:44: services[0].endpoints[0].weight: must be at least 1 (to drain an endpoint, set `ready: false`)",
+            "registry.yaml:7:29: services[0].policy.retryBudget.ratio: must be between 0 and 1, got 1.5",
+            "registry.yaml:8:51: services[0].policy.circuitBreaker.successRate.threshold: must be between 0 and 1, got 2",
+            "registry.yaml:12:43: services[0].routes[0].filters[0].fault.abort.percentage: must be between 0 and 100, got 120",
+            "registry.yaml:12:56: services[0].routes[0].filters[0].fault.abort.status: must be an HTTP status from 200 to 599, got 600",
+            "registry.yaml:12:84: services[0].routes[0].filters[0].fault.delay.percentage: must be between 0 and 100, got -1",
+            "registry.yaml:14:44: services[0].routes[0].filters[1].requestRedirect.statusCode: must be one of 301, 302, 303, 307, 308, got 300",
+            "registry.yaml:16:50: services[0].routes[0].filters[2].requestMirror.backendRef.name: no service \"api\" in namespace \"prod\"",
+            "registry.yaml:17:9: services[0].routes[1].backendRefs: a route without backendRefs must redirect (RequestRedirect) or always abort (Fault abort at 100%)",
+            "registry.yaml:18:11: services[1].name: service \"api\" in namespace \"default\" is already declared at services[0]",
+            "registry.yaml:19:13: services[1].hosts[0]: host \"api.example\" already belongs to service api.default",
+        ]
+    );
+}
+
+#[test]
+fn one_type_error_per_service_and_route_is_reported_together() {
+    let text = base_with("address: 127.0.0.1:8080", "address: nowhere")
+        .replacen("    hosts:", "    hostz:", 1)
+        .replacen("value: /web", "value: /web, extra: 1", 1);
+    assert_eq!(
+        problems(&text),
+        [
+            "registry.yaml:5:18: services[0].endpoints[0].address: invalid socket address syntax",
+            "registry.yaml:7:5: services[1]: unknown field `hostz`, expected one of `name`, `namespace`, `hosts`, `addresses`, `appProtocol`, `endpoints`, `routes`, `policy`",
+            "registry.yaml:11:58: gateway.routes[0].matches[0].path: invalid value: string \"extra\", expected \"type\" or \"value\"",
+        ]
+    );
+}
+
+#[test]
+fn hosts_are_lowercased() {
+    let reg = parse("registry.yaml", BASE).expect("valid");
+    assert_eq!(reg.services[1].hosts, ["web.example.com"]);
+}
+
+#[test]
+fn backend_refs_default_to_the_services_namespace() {
+    let text = "services:
+  - { name: api, namespace: prod, routes: [{ backendRefs: [{ name: api-v2 }] }] }
+  - { name: api-v2, namespace: prod }
+";
+    assert_eq!(problems(text), Vec::<String>::new());
+    let moved = text.replace("name: api-v2, namespace: prod", "name: api-v2");
+    assert_eq!(problems(&moved), ["registry.yaml:2:68: services[0].routes[0].backendRefs[0].name: no service \"api-v2\" in namespace \"prod\""]);
+}
+
+#[test]
+fn route_without_backends_is_allowed_only_when_it_redirects_or_always_aborts() {
+    let redirect = base_with(
+        "      backendRefs: [{ name: web }]",
+        "      filters: [{ type: RequestRedirect, requestRedirect: { hostname: x } }]",
+    );
+    assert_eq!(problems(&redirect), Vec::<String>::new());
+    let abort = base_with(
+        "      backendRefs: [{ name: web }]",
+        "      filters: [{ type: Fault, fault: { abort: { percentage: 100, status: 503 } } }]",
+    );
+    assert_eq!(problems(&abort), Vec::<String>::new());
+    let sometimes = abort.replace("percentage: 100", "percentage: 99");
+    assert_eq!(problems(&sometimes).len(), 1, "{:?}", problems(&sometimes));
+}
+
+#[test]
+fn empty_file_is_rejected_rather_than_withdrawing_every_service() {
+    assert_eq!(
+        problems("# nothing yet\n\n"),
+        ["registry.yaml:1:1: the registry is empty; write `services: []` to serve no services"]
+    );
+    assert_eq!(problems("services: []\n"), Vec::<String>::new());
+}
+
+#[test]
+fn load_names_the_path_of_a_missing_file() {
+    let err = load(Path::new("/nonexistent/registry.yaml")).expect_err("no such file");
+    assert!(
+        err.to_string().starts_with("/nonexistent/registry.yaml: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn several_problems_display_one_per_line() {
+    let err = parse("r.yaml", "services:\n  - name: a\n  - name: a\n").expect_err("duplicate");
+    assert_eq!(err.to_string(), "r.yaml:3:11: services[1].name: service \"a\" in namespace \"default\" is already declared at services[0]");
+    let two = parse(
+        "r.yaml",
+        "services:\n  - name: a\n  - name: a\n  - name: a\n",
+    )
+    .expect_err("duplicates");
+    assert_eq!(two.to_string().lines().count(), 2);
+}
