@@ -3,3 +3,4 @@
 
 pub mod addr;
 pub mod model;
+pub mod routing;
