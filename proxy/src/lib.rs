@@ -4,3 +4,4 @@
 pub mod addr;
 pub mod discovery;
 pub mod model;
+pub mod routing;
