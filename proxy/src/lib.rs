@@ -2,6 +2,25 @@
 //! and the tests.
 
 pub mod addr;
+pub mod admin;
+pub mod app;
+pub mod balance;
+pub mod clock;
+pub mod config;
 pub mod discovery;
+pub mod dispatch;
+pub mod drain;
+pub mod error;
+pub mod forward;
+pub mod gateway;
+pub mod http;
+pub mod inbound;
+pub mod metrics;
 pub mod model;
+pub mod outbound;
 pub mod routing;
+pub mod tcp;
+pub mod transport;
+
+pub use app::App;
+pub use config::Config;

@@ -1,2 +1,58 @@
 //! Wiring only: read config, build the runtime, run until SIGTERM, drain.
-fn main() {}
+
+use std::{process::ExitCode, sync::Arc};
+
+use weir_proxy::{
+    config::{Config, ProcessEnv},
+    transport::orig_dst::SoOriginalDst,
+    App,
+};
+
+fn main() -> ExitCode {
+    let config = match Config::from_env(&ProcessEnv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("weir-proxy: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|_| "info".into()),
+        )
+        .with_target(false)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.workers)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime can be built at start-up");
+    runtime.block_on(async move {
+        let app = match App::build(config, Arc::new(SoOriginalDst)) {
+            Ok(app) => app,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(
+            outbound = %app.outbound_addr(),
+            inbound = %app.inbound_addr(),
+            admin = %app.admin_addr(),
+            gateway = ?app.gateway_addr(),
+            "weir-proxy serving"
+        );
+        app.run(sigterm()).await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn sigterm() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler installs at start-up");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler installs at start-up");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

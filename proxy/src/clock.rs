@@ -1,0 +1,15 @@
+//! A coarse process clock for bookkeeping that must not cost a syscall per request.
+
+use std::sync::OnceLock;
+
+use tokio::time::Instant;
+
+fn start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// Seconds since the process started.
+pub fn now_secs() -> u64 {
+    start().elapsed().as_secs()
+}

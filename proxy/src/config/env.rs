@@ -1,0 +1,262 @@
+//! Reads `WEIR_PROXY_*` variables into a `Config`, reporting every bad variable at once.
+
+use std::{collections::HashMap, net::SocketAddr, path::PathBuf, str::FromStr, time::Duration};
+
+use super::Config;
+use crate::model::parse_duration;
+
+/// Where configuration strings come from: the process environment, or a map in tests.
+pub trait EnvSource {
+    /// The value of `key`, if set and non-empty.
+    fn get(&self, key: &str) -> Option<String>;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl EnvSource for ProcessEnv {
+    fn get(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl EnvSource for HashMap<String, String> {
+    fn get(&self, key: &str) -> Option<String> {
+        HashMap::get(self, key).cloned()
+    }
+}
+
+impl EnvSource for HashMap<&str, &str> {
+    fn get(&self, key: &str) -> Option<String> {
+        HashMap::get(self, key).map(|v| v.to_string())
+    }
+}
+
+/// Every variable the proxy reads, with what it means; README's table is generated from this.
+pub const VARIABLES: &[(&str, &str)] = &[
+    (
+        "WEIR_PROXY_OUTBOUND_LISTEN",
+        "outbound transparent listener (default 127.0.0.1:4140)",
+    ),
+    (
+        "WEIR_PROXY_INBOUND_LISTEN",
+        "inbound transparent listener (default 0.0.0.0:4143)",
+    ),
+    (
+        "WEIR_PROXY_ADMIN_LISTEN",
+        "admin listener (default 0.0.0.0:4191)",
+    ),
+    (
+        "WEIR_PROXY_GATEWAY_LISTEN",
+        "gateway listener; off unless set",
+    ),
+    (
+        "WEIR_PROXY_REGISTRY",
+        "registry file to load and watch (standalone mode)",
+    ),
+    (
+        "WEIR_PROXY_CONTROL_ADDR",
+        "control plane host:port (unset = standalone)",
+    ),
+    (
+        "WEIR_PROXY_WORKERS",
+        "runtime worker threads (default: CPUs available)",
+    ),
+    ("WEIR_PROXY_LOG", "tracing filter (default info)"),
+    (
+        "WEIR_PROXY_SHUTDOWN_GRACE",
+        "drain period after SIGTERM (default 30s)",
+    ),
+    (
+        "WEIR_PROXY_DETECT_TIMEOUT",
+        "protocol detection deadline (default 500ms)",
+    ),
+    (
+        "WEIR_PROXY_OPAQUE_PORTS",
+        "comma-separated ports proxied as TCP without detection",
+    ),
+    (
+        "WEIR_PROXY_HEADER_READ_TIMEOUT",
+        "deadline for a complete request head (default 10s)",
+    ),
+    (
+        "WEIR_PROXY_MAX_HEADER_BYTES",
+        "largest request head, else 431 (default 65536)",
+    ),
+    (
+        "WEIR_PROXY_CONNECT_TIMEOUT",
+        "upstream connect timeout (default 1s)",
+    ),
+    (
+        "WEIR_PROXY_POOL_IDLE_TIMEOUT",
+        "idle upstream keep-alive lifetime (default 30s)",
+    ),
+    (
+        "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
+        "HTTP/2 streams per connection (default 256)",
+    ),
+    (
+        "WEIR_PROXY_H2_MAX_HEADER_LIST_SIZE",
+        "HTTP/2 header list bytes (default 65536)",
+    ),
+    (
+        "WEIR_PROXY_H2_MAX_PENDING_RESETS",
+        "HTTP/2 remote resets tolerated (default 50)",
+    ),
+    (
+        "WEIR_PROXY_REGISTRY_POLL",
+        "registry file check interval (default 250ms)",
+    ),
+];
+
+/// All the variables that could not be read, each named.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n{}", .0.join("\n"))]
+pub struct ConfigError(pub Vec<String>);
+
+struct Reader<'a, E: EnvSource> {
+    env: &'a E,
+    errors: Vec<String>,
+}
+
+impl<E: EnvSource> Reader<'_, E> {
+    fn parse<T>(&mut self, key: &str, default: T, f: impl Fn(&str) -> Result<T, String>) -> T {
+        match self.env.get(key) {
+            None => default,
+            Some(v) => f(v.trim()).unwrap_or_else(|e| {
+                self.errors.push(format!("{key}={v:?}: {e}"));
+                default
+            }),
+        }
+    }
+
+    fn addr(&mut self, key: &str, default: SocketAddr) -> SocketAddr {
+        self.parse(key, default, |v| {
+            SocketAddr::from_str(v).map_err(|e| e.to_string())
+        })
+    }
+
+    fn duration(&mut self, key: &str, default: Duration) -> Duration {
+        self.parse(key, default, parse_duration)
+    }
+
+    fn number<T: FromStr>(&mut self, key: &str, default: T) -> T
+    where
+        T::Err: std::fmt::Display,
+    {
+        self.parse(key, default, |v| {
+            v.parse().map_err(|e: T::Err| e.to_string())
+        })
+    }
+}
+
+impl Config {
+    /// Reads the configuration, reporting all bad variables together.
+    pub fn from_env(env: &impl EnvSource) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let mut r = Reader {
+            env,
+            errors: Vec::new(),
+        };
+        let gateway_listen = match env.get("WEIR_PROXY_GATEWAY_LISTEN") {
+            None => None,
+            Some(_) => Some(r.addr("WEIR_PROXY_GATEWAY_LISTEN", ([0, 0, 0, 0], 0).into())),
+        };
+        let mut h2 = d.h2;
+        h2.max_concurrent_streams = r.number(
+            "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
+            h2.max_concurrent_streams,
+        );
+        h2.max_header_list_size = r.number(
+            "WEIR_PROXY_H2_MAX_HEADER_LIST_SIZE",
+            h2.max_header_list_size,
+        );
+        h2.max_pending_accept_reset_streams = r.number(
+            "WEIR_PROXY_H2_MAX_PENDING_RESETS",
+            h2.max_pending_accept_reset_streams,
+        );
+        let config = Config {
+            outbound_listen: r.addr("WEIR_PROXY_OUTBOUND_LISTEN", d.outbound_listen),
+            inbound_listen: r.addr("WEIR_PROXY_INBOUND_LISTEN", d.inbound_listen),
+            admin_listen: r.addr("WEIR_PROXY_ADMIN_LISTEN", d.admin_listen),
+            gateway_listen,
+            registry: env.get("WEIR_PROXY_REGISTRY").map(PathBuf::from),
+            control_addr: env.get("WEIR_PROXY_CONTROL_ADDR"),
+            workers: r.parse("WEIR_PROXY_WORKERS", d.workers, |v| {
+                match v.parse::<usize>() {
+                    Ok(0) | Err(_) => Err("expected a whole number ≥ 1".into()),
+                    Ok(n) => Ok(n),
+                }
+            }),
+            log: env.get("WEIR_PROXY_LOG").unwrap_or(d.log),
+            shutdown_grace: r.duration("WEIR_PROXY_SHUTDOWN_GRACE", d.shutdown_grace),
+            detect_timeout: r.duration("WEIR_PROXY_DETECT_TIMEOUT", d.detect_timeout),
+            opaque_ports: r.parse("WEIR_PROXY_OPAQUE_PORTS", d.opaque_ports, |v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse::<u16>().map_err(|_| format!("{p:?} is not a port")))
+                    .collect()
+            }),
+            header_read_timeout: r
+                .duration("WEIR_PROXY_HEADER_READ_TIMEOUT", d.header_read_timeout),
+            max_header_bytes: r.number("WEIR_PROXY_MAX_HEADER_BYTES", d.max_header_bytes),
+            connect_timeout: r.duration("WEIR_PROXY_CONNECT_TIMEOUT", d.connect_timeout),
+            pool_idle_timeout: r.duration("WEIR_PROXY_POOL_IDLE_TIMEOUT", d.pool_idle_timeout),
+            pool_max_idle_per_endpoint: d.pool_max_idle_per_endpoint,
+            h2,
+            registry_poll: r.duration("WEIR_PROXY_REGISTRY_POLL", d.registry_poll),
+        };
+        if config.registry.is_none() && config.control_addr.is_none() {
+            r.errors.push(
+                "set WEIR_PROXY_REGISTRY (a registry file) or WEIR_PROXY_CONTROL_ADDR".into(),
+            );
+        }
+        if r.errors.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError(r.errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bad_variable_is_reported_at_once() {
+        let env: HashMap<&str, &str> = [
+            ("WEIR_PROXY_OUTBOUND_LISTEN", "nope"),
+            ("WEIR_PROXY_DETECT_TIMEOUT", "5"),
+            ("WEIR_PROXY_OPAQUE_PORTS", "25,smtp"),
+            ("WEIR_PROXY_REGISTRY", "/etc/weir/registry.yaml"),
+        ]
+        .into();
+        let err = Config::from_env(&env).expect_err("three bad variables");
+        assert_eq!(err.0.len(), 3, "{err}");
+        assert!(err.0[0].starts_with("WEIR_PROXY_OUTBOUND_LISTEN"));
+        assert!(err
+            .0
+            .iter()
+            .any(|e| e.starts_with("WEIR_PROXY_DETECT_TIMEOUT")));
+        assert!(err.0.iter().any(|e| e.contains("\"smtp\" is not a port")));
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let env: HashMap<&str, &str> = [("WEIR_PROXY_REGISTRY", "r.yaml")].into();
+        let c = Config::from_env(&env).expect("valid");
+        assert_eq!(c.outbound_listen.to_string(), "127.0.0.1:4140");
+        assert_eq!(c.inbound_listen.to_string(), "0.0.0.0:4143");
+        assert_eq!(c.admin_listen.to_string(), "0.0.0.0:4191");
+        assert!(c.gateway_listen.is_none());
+        assert!(c.is_opaque_port(5432) && !c.is_opaque_port(80));
+    }
+
+    #[test]
+    fn a_source_of_config_is_required() {
+        let env: HashMap<&str, &str> = HashMap::new();
+        assert!(Config::from_env(&env).is_err());
+    }
+}

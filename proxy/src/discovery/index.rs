@@ -1,0 +1,192 @@
+//! The registry turned into what the request path needs: lookups by virtual address, authority
+//! and name, compiled route tables, endpoint sets and metric handles; rebuilt whole on each edit
+//! and published through `ArcSwap`.
+
+use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+
+use crate::{
+    addr::OrigDstAddr,
+    balance::EndpointSet,
+    metrics::{Direction, RouteMetrics, TcpMetrics},
+    model::{Registry, Route, Service},
+    routing::RouteTable,
+};
+
+/// Compiled routes plus one metrics handle per route (and per backend for the gateway).
+#[derive(Debug)]
+pub struct RouteSet {
+    /// The compiled table.
+    pub table: RouteTable,
+    /// `metrics[route][backend]`.
+    pub metrics: Vec<Vec<Arc<RouteMetrics>>>,
+}
+
+impl RouteSet {
+    fn new(routes: &[Route], direction: Direction, service: Option<&str>) -> Self {
+        let metrics = routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let route_name = if r.name.is_empty() {
+                    format!("route-{i}")
+                } else {
+                    r.name.clone()
+                };
+                let per_backend: Vec<_> = match service {
+                    Some(svc) => vec![RouteMetrics::new(direction, svc, &route_name)],
+                    None => r
+                        .backend_refs
+                        .iter()
+                        .map(|b| {
+                            let ns = b.namespace.as_deref().unwrap_or("default");
+                            RouteMetrics::new(direction, &format!("{}.{ns}", b.name), &route_name)
+                        })
+                        .collect(),
+                };
+                if per_backend.is_empty() {
+                    vec![RouteMetrics::new(
+                        direction,
+                        service.unwrap_or("none"),
+                        &route_name,
+                    )]
+                } else {
+                    per_backend
+                }
+            })
+            .collect();
+        Self {
+            table: RouteTable::new(routes),
+            metrics,
+        }
+    }
+
+    /// The metrics handle for a route and chosen backend.
+    pub fn metrics(&self, route: usize, backend: usize) -> Option<&Arc<RouteMetrics>> {
+        let per = self.metrics.get(route)?;
+        per.get(backend).or_else(|| per.first())
+    }
+}
+
+/// One service as the request path sees it.
+#[derive(Debug)]
+pub struct ServiceTarget {
+    /// `name.namespace`.
+    pub name: String,
+    /// The registry entry.
+    pub service: Service,
+    /// Mesh routes (may be empty: then everything goes to the service's endpoints).
+    pub routes: RouteSet,
+    /// Endpoints with their balancer state (kept across reloads by address).
+    pub endpoints: EndpointSet,
+    /// Metrics when no route applies, per direction (outbound, inbound).
+    pub default_metrics: [Arc<RouteMetrics>; 2],
+    /// Opaque TCP metrics, outbound.
+    pub tcp: TcpMetrics,
+}
+
+/// The whole state the request path reads, swapped in one piece.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// What was loaded.
+    pub registry: Arc<Registry>,
+    services: Vec<Arc<ServiceTarget>>,
+    by_vip: HashMap<SocketAddr, usize>,
+    by_host: HashMap<String, usize>,
+    by_name: HashMap<(String, String), usize>,
+    by_endpoint: HashMap<SocketAddr, usize>,
+    /// Edge routes.
+    pub gateway: RouteSet,
+    /// Metrics for gateway requests no route matched.
+    pub gateway_unmatched: Arc<RouteMetrics>,
+    /// Metrics for outbound traffic to destinations the registry does not know.
+    pub passthrough: Arc<RouteMetrics>,
+    /// Opaque TCP to unknown destinations.
+    pub passthrough_tcp: TcpMetrics,
+}
+
+impl Snapshot {
+    /// Builds a snapshot, reusing balancer state from `prev` for endpoints that stayed.
+    pub fn build(registry: Arc<Registry>, prev: Option<&Snapshot>) -> Self {
+        let mut services = Vec::with_capacity(registry.services.len());
+        let (mut by_vip, mut by_host, mut by_name, mut by_endpoint) = (
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+        );
+        for (i, svc) in registry.services.iter().enumerate() {
+            let name = svc.qualified_name();
+            let prev_set = prev
+                .and_then(|p| p.service(&svc.name, &svc.namespace))
+                .map(|t| &t.endpoints);
+            for a in &svc.addresses {
+                by_vip.insert(*a, i);
+            }
+            for h in &svc.hosts {
+                by_host.insert(h.to_ascii_lowercase(), i);
+            }
+            for e in &svc.endpoints {
+                by_endpoint.entry(e.address).or_insert(i);
+            }
+            by_name.insert((svc.name.clone(), svc.namespace.clone()), i);
+            services.push(Arc::new(ServiceTarget {
+                routes: RouteSet::new(&svc.routes, Direction::Outbound, Some(&name)),
+                endpoints: EndpointSet::rebuild(prev_set, &svc.endpoints),
+                default_metrics: [
+                    RouteMetrics::new(Direction::Outbound, &name, "default"),
+                    RouteMetrics::new(Direction::Inbound, &name, "default"),
+                ],
+                tcp: TcpMetrics::new(Direction::Outbound, &name),
+                service: svc.clone(),
+                name,
+            }));
+        }
+        Self {
+            gateway: RouteSet::new(&registry.gateway.routes, Direction::Gateway, None),
+            gateway_unmatched: RouteMetrics::new(Direction::Gateway, "none", "none"),
+            passthrough: RouteMetrics::new(Direction::Outbound, "passthrough", "default"),
+            passthrough_tcp: TcpMetrics::new(Direction::Outbound, "passthrough"),
+            registry,
+            services,
+            by_vip,
+            by_host,
+            by_name,
+            by_endpoint,
+        }
+    }
+
+    /// The service a transparent client dialled by virtual address.
+    pub fn by_orig_dst(&self, dst: OrigDstAddr) -> Option<&Arc<ServiceTarget>> {
+        self.by_vip.get(&dst.0).map(|&i| &self.services[i])
+    }
+
+    /// The service named by a request authority (host without port).
+    pub fn by_authority(&self, host: &str) -> Option<&Arc<ServiceTarget>> {
+        match self.by_host.get(host) {
+            Some(&i) => Some(&self.services[i]),
+            None if host.bytes().any(|b| b.is_ascii_uppercase()) => self
+                .by_host
+                .get(&host.to_ascii_lowercase())
+                .map(|&i| &self.services[i]),
+            None => None,
+        }
+    }
+
+    /// The service with this name in this namespace.
+    pub fn service(&self, name: &str, namespace: &str) -> Option<&Arc<ServiceTarget>> {
+        // Allocation-free lookup would need a borrowed tuple key; services are few per snapshot.
+        self.by_name
+            .get(&(name.to_string(), namespace.to_string()))
+            .map(|&i| &self.services[i])
+    }
+
+    /// The service an inbound connection's local address belongs to, for metric labels.
+    pub fn by_endpoint(&self, addr: SocketAddr) -> Option<&Arc<ServiceTarget>> {
+        self.by_endpoint.get(&addr).map(|&i| &self.services[i])
+    }
+
+    /// All services, in registry order.
+    pub fn services(&self) -> &[Arc<ServiceTarget>] {
+        &self.services
+    }
+}

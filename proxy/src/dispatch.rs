@@ -1,0 +1,92 @@
+//! Applies a route set to a request: select the route, run its filters in order, choose a
+//! weighted backend service, forward, then run the response filters.
+
+use std::sync::Arc;
+
+use http::{request::Parts, Response};
+use hyper::body::Incoming;
+
+use crate::{
+    app::Shared,
+    discovery::index::{RouteSet, Snapshot},
+    error::ProxyError,
+    forward,
+    http::body::ProxyBody,
+    metrics::RouteMetrics,
+    routing::{self, RequestOutcome},
+};
+
+/// Where a routed request went, for metrics.
+pub struct Routed {
+    /// The handle to count the request on.
+    pub metrics: Option<Arc<RouteMetrics>>,
+    /// The outcome.
+    pub result: Result<Response<ProxyBody>, ProxyError>,
+}
+
+/// Routes through `set`; `default_ns` resolves backendRefs without a namespace.
+pub async fn route(
+    shared: &Shared,
+    snap: &Snapshot,
+    set: &RouteSet,
+    mut parts: Parts,
+    body: Incoming,
+    default_ns: &str,
+) -> Routed {
+    let Some(sel) = set.table.select(&parts.method, &parts.uri, &parts.headers) else {
+        return Routed {
+            metrics: None,
+            result: Err(ProxyError::NoRoute),
+        };
+    };
+    let route_idx = sel.index;
+    let route = sel.route;
+    let (backend_idx, backend) = match set.table.pick_backend(route_idx, rand::random::<u32>()) {
+        Some(b) => (
+            route
+                .backend_refs
+                .iter()
+                .position(|r| std::ptr::eq(r, b))
+                .unwrap_or(0),
+            b,
+        ),
+        None => {
+            return Routed {
+                metrics: set.metrics(route_idx, 0).cloned(),
+                result: Err(ProxyError::NoBackend),
+            };
+        }
+    };
+    let metrics = set.metrics(route_idx, backend_idx).cloned();
+    if let Some(m) = &metrics {
+        m.request();
+    }
+    let delay =
+        match routing::apply_request_filters(&sel, &mut parts, || rand::random::<f64>() * 100.0) {
+            RequestOutcome::Respond(resp) => {
+                return Routed {
+                    metrics,
+                    result: Ok(resp.map(|()| ProxyBody::empty())),
+                };
+            }
+            RequestOutcome::Continue { delay, .. } => delay,
+        };
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    let ns = backend.namespace.as_deref().unwrap_or(default_ns);
+    let Some(svc) = snap.service(&backend.name, ns) else {
+        return Routed {
+            metrics,
+            result: Err(ProxyError::UnknownService(format!("{}.{ns}", backend.name))),
+        };
+    };
+    let result = forward::to_service(shared, svc, parts, body)
+        .await
+        .map(|resp| {
+            let (mut rp, b) = resp.into_parts();
+            routing::apply_response_filters(route, &mut rp);
+            Response::from_parts(rp, b)
+        });
+    Routed { metrics, result }
+}

@@ -1,0 +1,170 @@
+//! `ProxyError`: what went wrong, where, and whether a retry is safe; `rescue()` is the one place
+//! an error becomes a response.
+
+use std::io;
+
+use http::{header::HeaderValue, Response, StatusCode};
+
+use crate::{addr::EndpointAddr, http::body::ProxyBody};
+
+/// Header naming the cause of a response the proxy produced itself.
+pub const ERROR_HEADER: &str = "weir-proxy-error";
+
+/// Everything that can end a request inside the proxy.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The request is malformed or its framing is ambiguous; never forwarded.
+    #[error("malformed request: {0}")]
+    BadRequest(&'static str),
+    /// No gateway route matches the request.
+    #[error("no route matches the request")]
+    NoRoute,
+    /// A route whose backends all have weight zero (Gateway API answers 500).
+    #[error("route has no backend with a positive weight")]
+    NoBackend,
+    /// A backendRef names a service the registry does not hold.
+    #[error("unknown service {0}")]
+    UnknownService(String),
+    /// The service has no ready endpoint.
+    #[error("no ready endpoint for service {0}")]
+    NoEndpoints(String),
+    /// The connection to the proxy's own listener was refused (would loop).
+    #[error("destination is this proxy's own listener")]
+    Loop,
+    /// TCP connect failed or timed out; nothing was sent, so a retry is safe.
+    #[error("connect to {addr} failed: {source}")]
+    Connect {
+        /// The endpoint dialled.
+        addr: EndpointAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The upstream HTTP exchange failed after the connection was up.
+    #[error("upstream {addr} failed: {source}")]
+    Upstream {
+        /// The endpoint.
+        addr: EndpointAddr,
+        /// hyper's account.
+        source: hyper::Error,
+    },
+    /// The upstream handshake (HTTP/2 settings exchange) failed.
+    #[error("upstream {addr} handshake failed: {source}")]
+    Handshake {
+        /// The endpoint.
+        addr: EndpointAddr,
+        /// hyper's account.
+        source: hyper::Error,
+    },
+}
+
+impl ProxyError {
+    /// Whether sending the request again (to any endpoint) cannot duplicate its effect.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::Connect { .. } | ProxyError::Handshake { .. }
+        )
+    }
+
+    /// The `weir-proxy-error` value and metric label.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProxyError::BadRequest(_) => "bad-request",
+            ProxyError::NoRoute => "no-route",
+            ProxyError::NoBackend => "no-backend",
+            ProxyError::UnknownService(_) => "unknown-service",
+            ProxyError::NoEndpoints(_) => "no-endpoints",
+            ProxyError::Loop => "loop",
+            ProxyError::Connect { .. } => "connect-failed",
+            ProxyError::Upstream { .. } => "upstream-failed",
+            ProxyError::Handshake { .. } => "handshake-failed",
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::NoBackend => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::UnknownService(_) | ProxyError::NoEndpoints(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ProxyError::Loop => StatusCode::LOOP_DETECTED,
+            ProxyError::Connect { .. }
+            | ProxyError::Upstream { .. }
+            | ProxyError::Handshake { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    fn grpc_status(&self) -> &'static str {
+        match self {
+            ProxyError::BadRequest(_) => "13",
+            ProxyError::NoRoute | ProxyError::NoBackend => "12",
+            _ => "14",
+        }
+    }
+}
+
+/// The one map from errors to responses. gRPC clients get a trailers-only response whose
+/// `grpc-status` they understand; everyone gets `weir-proxy-error`.
+pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
+    let mut resp = if grpc {
+        let mut r = Response::new(ProxyBody::empty());
+        let h = r.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        h.insert("grpc-status", HeaderValue::from_static(e.grpc_status()));
+        if let Ok(msg) = HeaderValue::from_str(&e.to_string()) {
+            h.insert("grpc-message", msg);
+        }
+        r
+    } else {
+        let mut r = Response::new(ProxyBody::full(format!("{e}\n")));
+        *r.status_mut() = e.status();
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    };
+    resp.headers_mut()
+        .insert(ERROR_HEADER, HeaderValue::from_static(e.name()));
+    if matches!(e, ProxyError::BadRequest(_)) {
+        resp.headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_failures_are_retryable_and_answer_502() {
+        let e = ProxyError::Connect {
+            addr: EndpointAddr(([127, 0, 0, 1], 1).into()),
+            source: io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert!(e.is_retryable());
+        let r = rescue(&e, false);
+        assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(r.headers()[ERROR_HEADER], "connect-failed");
+    }
+
+    #[test]
+    fn grpc_clients_get_a_grpc_status() {
+        let r = rescue(&ProxyError::NoEndpoints("svc".into()), true);
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["grpc-status"], "14");
+    }
+
+    #[test]
+    fn bad_requests_close_the_connection() {
+        let r = rescue(&ProxyError::BadRequest("duplicate Host"), false);
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[http::header::CONNECTION], "close");
+    }
+}

@@ -1,0 +1,179 @@
+//! The last stages shared by every path: pick an endpoint, send the request over the pool (or
+//! an upgraded connection), record the outcome with the balancer, clean the response.
+
+use std::sync::Arc;
+
+use http::{header, request::Parts, uri, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
+
+use crate::{
+    addr::EndpointAddr,
+    app::Shared,
+    balance::EndpointState,
+    discovery::index::ServiceTarget,
+    error::ProxyError,
+    http::{
+        body::ProxyBody,
+        headers::{strip_hop_by_hop, wants_upgrade},
+        pool::UpstreamProto,
+    },
+    model::AppProtocol,
+};
+
+/// Balances over `svc`'s endpoints and forwards.
+pub async fn to_service(
+    shared: &Shared,
+    svc: &ServiceTarget,
+    parts: Parts,
+    body: Incoming,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let ep = svc
+        .endpoints
+        .pick()
+        .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
+    let proto = match svc.service.app_protocol {
+        Some(AppProtocol::H2c | AppProtocol::Grpc) => UpstreamProto::H2,
+        Some(AppProtocol::Http) => UpstreamProto::Http1,
+        _ => same_as(parts.version),
+    };
+    to_endpoint(shared, ep.addr, Some(&ep), proto, parts, body).await
+}
+
+/// The upstream protocol that keeps the downstream one.
+pub fn same_as(v: Version) -> UpstreamProto {
+    if v == Version::HTTP_2 {
+        UpstreamProto::H2
+    } else {
+        UpstreamProto::Http1
+    }
+}
+
+/// Sends one request to one endpoint.
+pub async fn to_endpoint(
+    shared: &Shared,
+    addr: EndpointAddr,
+    state: Option<&Arc<EndpointState>>,
+    proto: UpstreamProto,
+    mut parts: Parts,
+    body: Incoming,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
+    strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
+    set_target(&mut parts, proto)?;
+    let pool = shared.pools.get(addr);
+    let inflight = state.map(|s| s.start());
+    let started = Instant::now();
+    let result = if upgrade {
+        upgrade_and_forward(&pool, parts, body).await
+    } else {
+        pool.send(Request::from_parts(parts, ProxyBody::Incoming(body)), proto)
+            .await
+    };
+    match (&result, state) {
+        (Err(ProxyError::Connect { .. }), Some(s)) => {
+            s.connect_failed();
+            metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
+        }
+        (Ok(_), Some(s)) => s.connect_succeeded(),
+        _ => {}
+    }
+    if let (Some(f), Ok(_)) = (inflight, &result) {
+        f.finish(started.elapsed());
+    }
+    let mut resp = result?;
+    // The downstream connection has its own version; hyper frames the response for it.
+    *resp.version_mut() = Version::HTTP_11;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        strip_hop_by_hop(resp.headers_mut(), false, false);
+    }
+    Ok(resp)
+}
+
+/// Rewrites the request target for the upstream protocol: origin-form for HTTP/1.1 (Host kept),
+/// absolute form for HTTP/2 (`:authority` from Host).
+fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError> {
+    match proto {
+        UpstreamProto::Http1 => {
+            if parts.uri.authority().is_some() {
+                if !parts.headers.contains_key(header::HOST) {
+                    if let Some(a) = parts.uri.authority() {
+                        let v = header::HeaderValue::from_str(a.as_str())
+                            .map_err(|_| ProxyError::BadRequest("invalid authority"))?;
+                        parts.headers.insert(header::HOST, v);
+                    }
+                }
+                let pq = parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| uri::PathAndQuery::from_static("/"));
+                parts.uri = Uri::from(pq);
+            }
+            if parts.version == Version::HTTP_2 {
+                parts.version = Version::HTTP_11;
+            }
+        }
+        UpstreamProto::H2 => {
+            if parts.uri.authority().is_none() {
+                let host = parts
+                    .headers
+                    .get(header::HOST)
+                    .ok_or(ProxyError::BadRequest("missing Host"))?;
+                let authority = uri::Authority::try_from(host.as_bytes())
+                    .map_err(|_| ProxyError::BadRequest("invalid Host"))?;
+                let mut p = uri::Parts::default();
+                p.scheme = Some(uri::Scheme::HTTP);
+                p.authority = Some(authority);
+                p.path_and_query = parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .or(Some(uri::PathAndQuery::from_static("/")));
+                parts.uri = Uri::from_parts(p)
+                    .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+            } else if parts.uri.scheme().is_none() {
+                let mut p = std::mem::take(&mut parts.uri).into_parts();
+                p.scheme = Some(uri::Scheme::HTTP);
+                parts.uri = Uri::from_parts(p)
+                    .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+            }
+            parts.headers.remove(header::HOST);
+            parts.version = Version::HTTP_2;
+        }
+    }
+    Ok(())
+}
+
+/// Forwards a protocol-switch request; on 101 the two upgraded connections are spliced.
+async fn upgrade_and_forward(
+    pool: &crate::http::pool::EndpointPool,
+    parts: Parts,
+    body: Incoming,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let mut parts = parts;
+    let downstream = parts
+        .extensions
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .ok_or(ProxyError::BadRequest(
+            "upgrade on a connection that cannot switch protocols",
+        ))?;
+    let req = Request::from_parts(parts, ProxyBody::Incoming(body));
+    let mut resp = pool.send_upgrade(req).await?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let upstream = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            match tokio::try_join!(downstream, upstream) {
+                Ok((d, u)) => {
+                    let (mut d, mut u) = (TokioIo::new(d), TokioIo::new(u));
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut d, &mut u).await {
+                        tracing::debug!(error = %e, "upgraded connection ended");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "upgrade failed"),
+            }
+        });
+    }
+    Ok(resp.map(ProxyBody::Incoming))
+}

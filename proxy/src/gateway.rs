@@ -1,0 +1,35 @@
+//! The gateway path: explicit clients at the edge → Host/path routes → backend services.
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::{
+    app::{ConnInfo, Shared},
+    dispatch,
+    error::ProxyError,
+    http::{body::ProxyBody, headers},
+    metrics::RouteMetrics,
+};
+
+/// Handles one gateway request; returns the metrics handle it counted on.
+pub async fn request(
+    shared: &Shared,
+    conn: &ConnInfo,
+    req: Request<Incoming>,
+) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
+    let snap = shared.snapshot();
+    let (mut parts, body) = req.into_parts();
+    if let Err(e) = headers::validate_request(&parts) {
+        return (snap.gateway_unmatched.clone(), Err(e));
+    }
+    headers::add_forwarded(&mut parts.headers, conn.client.0.ip(), "http");
+    let routed = dispatch::route(shared, &snap, &snap.gateway, parts, body, "default").await;
+    (
+        routed
+            .metrics
+            .unwrap_or_else(|| snap.gateway_unmatched.clone()),
+        routed.result,
+    )
+}

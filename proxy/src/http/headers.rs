@@ -1,0 +1,216 @@
+//! Header hygiene: hop-by-hop stripping, framing checks, forwarding headers.
+
+use http::{
+    header::{self, HeaderMap, HeaderName, HeaderValue},
+    request::Parts,
+    Version,
+};
+
+use crate::error::ProxyError;
+
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers and those the `Connection` header names. With `keep_upgrade`,
+/// `Connection: upgrade` and `Upgrade` survive (a WebSocket handshake is forwarded as such).
+/// `TE: trailers` survives for HTTP/2 (gRPC requires it).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
+    if headers.is_empty() {
+        return;
+    }
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    let te_trailers = keep_te_trailers
+        && headers
+            .get(header::TE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("trailers"));
+    let upgrade = if keep_upgrade {
+        headers.remove(header::UPGRADE)
+    } else {
+        None
+    };
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
+    }
+    if let Some(u) = upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, u);
+    }
+    if te_trailers {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// Whether the request asks to switch protocols (`Connection: upgrade` + `Upgrade`).
+pub fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Refuses requests whose framing or target is ambiguous, before anything is forwarded.
+pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
+    let h = &parts.headers;
+    if h.contains_key(header::TRANSFER_ENCODING) && h.contains_key(header::CONTENT_LENGTH) {
+        return Err(ProxyError::BadRequest(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    match parts.version {
+        Version::HTTP_11 => match h.get_all(header::HOST).iter().count() {
+            0 => return Err(ProxyError::BadRequest("missing Host")),
+            1 => {}
+            _ => return Err(ProxyError::BadRequest("duplicate Host")),
+        },
+        Version::HTTP_2 => {
+            let mut hosts = h.get_all(header::HOST).iter();
+            if let Some(host) = hosts.next() {
+                if hosts.next().is_some() {
+                    return Err(ProxyError::BadRequest("duplicate Host"));
+                }
+                match parts.uri.authority() {
+                    Some(a) if a.as_str().as_bytes().eq_ignore_ascii_case(host.as_bytes()) => {}
+                    Some(_) => return Err(ProxyError::BadRequest("Host differs from :authority")),
+                    None => {}
+                }
+            } else if parts.uri.authority().is_none() {
+                return Err(ProxyError::BadRequest("missing :authority"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The request's authority (`Host` or `:authority`) without the port, lower-cased by `http`.
+pub fn authority_host(parts: &Parts) -> Option<&str> {
+    let raw = match parts.uri.authority() {
+        Some(a) => a.host(),
+        None => parts.headers.get(header::HOST)?.to_str().ok()?,
+    };
+    Some(strip_port(raw))
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or(host);
+    }
+    host.rsplit_once(':')
+        .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(h, _)| h)
+}
+
+/// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto` (gateway only).
+pub fn add_forwarded(headers: &mut HeaderMap, client: std::net::IpAddr, proto: &'static str) {
+    let client = client.to_string();
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {client}"),
+        None => client,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", v);
+    }
+    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+}
+
+/// Whether this is a gRPC request (errors are then answered in gRPC terms).
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(version: Version, uri: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut b = http::Request::builder().version(version).uri(uri);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(()).expect("valid request").into_parts().0
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_stripped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn upgrades_and_grpc_te_survive_when_asked() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        strip_hop_by_hop(&mut h, true, true);
+        assert_eq!(h[header::UPGRADE], "websocket");
+        assert_eq!(h[header::CONNECTION], "upgrade");
+        assert_eq!(h[header::TE], "trailers");
+    }
+
+    #[test]
+    fn ambiguous_requests_are_refused() {
+        let p = parts(Version::HTTP_11, "/", &[("host", "a"), ("host", "b")]);
+        assert!(validate_request(&p).is_err());
+        let p = parts(Version::HTTP_11, "/", &[]);
+        assert!(validate_request(&p).is_err());
+        let p = parts(
+            Version::HTTP_11,
+            "/",
+            &[
+                ("host", "a"),
+                ("content-length", "1"),
+                ("transfer-encoding", "chunked"),
+            ],
+        );
+        assert!(validate_request(&p).is_err());
+        let p = parts(Version::HTTP_2, "http://a/", &[("host", "b")]);
+        assert!(validate_request(&p).is_err());
+        let p = parts(Version::HTTP_2, "http://a/", &[("host", "a")]);
+        assert!(validate_request(&p).is_ok());
+        let p = parts(Version::HTTP_10, "/", &[]);
+        assert!(validate_request(&p).is_ok());
+    }
+
+    #[test]
+    fn authority_drops_the_port() {
+        let p = parts(Version::HTTP_11, "/", &[("host", "svc.default:8080")]);
+        assert_eq!(authority_host(&p), Some("svc.default"));
+        let p = parts(Version::HTTP_2, "http://[::1]:80/", &[]);
+        assert_eq!(authority_host(&p), Some("[::1]"));
+    }
+}

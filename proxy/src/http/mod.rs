@@ -1,0 +1,6 @@
+//! HTTP on both sides of the proxy: bodies, header hygiene, the server and the upstream pool.
+
+pub mod body;
+pub mod headers;
+pub mod pool;
+pub mod server;

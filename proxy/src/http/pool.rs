@@ -1,0 +1,314 @@
+//! Upstream connections per endpoint: an HTTP/1 keep-alive pool (LIFO, so the warmest connection
+//! is reused and the rest can idle out) and one multiplexed HTTP/2 connection.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use http::{Request, Response};
+use hyper::{body::Incoming, client::conn};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::time::Instant;
+
+use super::body::ProxyBody;
+use crate::{addr::EndpointAddr, error::ProxyError, transport::listen};
+
+/// How the proxy talks to an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProto {
+    /// HTTP/1.1 over a pooled keep-alive connection.
+    Http1,
+    /// HTTP/2 with prior knowledge, one multiplexed connection.
+    H2,
+}
+
+/// Upstream connection settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// TCP connect deadline.
+    pub connect_timeout: Duration,
+    /// Idle connections older than this are not reused.
+    pub idle_timeout: Duration,
+    /// Most idle HTTP/1 connections kept per endpoint.
+    pub max_idle: usize,
+}
+
+struct Idle {
+    tx: conn::http1::SendRequest<ProxyBody>,
+    since: Instant,
+}
+
+/// Connections to one endpoint.
+pub struct EndpointPool {
+    addr: EndpointAddr,
+    config: Arc<PoolConfig>,
+    // Held for a push or a pop only, never across an await.
+    idle: Mutex<Vec<Idle>>,
+    h2: ArcSwapOption<conn::http2::SendRequest<ProxyBody>>,
+    h2_connecting: tokio::sync::Mutex<()>,
+    last_used: std::sync::atomic::AtomicU64,
+}
+
+/// Gives an HTTP/1 connection back to its pool once its response body was read to the end.
+#[derive(Debug)]
+pub struct PoolReturn(Option<(conn::http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>);
+
+impl std::fmt::Debug for EndpointPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointPool")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl PoolReturn {
+    /// The response ended cleanly: the connection may carry another request.
+    pub fn finished(&mut self) {
+        if let Some((tx, pool)) = self.0.take() {
+            pool.checkin(tx);
+        }
+    }
+}
+
+impl EndpointPool {
+    fn new(addr: EndpointAddr, config: Arc<PoolConfig>) -> Self {
+        Self {
+            addr,
+            config,
+            idle: Mutex::new(Vec::new()),
+            h2: ArcSwapOption::empty(),
+            h2_connecting: tokio::sync::Mutex::new(()),
+            last_used: Default::default(),
+        }
+    }
+
+    /// Sends `req` and returns the response head with its streaming body.
+    pub async fn send(
+        self: &Arc<Self>,
+        req: Request<ProxyBody>,
+        proto: UpstreamProto,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        self.last_used.store(
+            crate::clock::now_secs(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        match proto {
+            UpstreamProto::Http1 => self.send_h1(req).await,
+            UpstreamProto::H2 => self.send_h2(req).await,
+        }
+    }
+
+    async fn send_h1(
+        self: &Arc<Self>,
+        mut req: Request<ProxyBody>,
+    ) -> Result<Response<ProxyBody>, ProxyError> {
+        loop {
+            let (mut tx, reused) = match self.checkout() {
+                Some(tx) => (tx, true),
+                None => (self.connect_h1().await?, false),
+            };
+            if reused && tx.ready().await.is_err() {
+                continue;
+            }
+            match tx.try_send_request(req).await {
+                Ok(resp) => {
+                    let ret = PoolReturn(Some((tx, self.clone())));
+                    return Ok(resp.map(|b| ProxyBody::Pooled(b, ret)));
+                }
+                Err(mut e) => match e.take_message() {
+                    // The pooled connection closed before the request went out: nothing was sent,
+                    // so another connection may carry it.
+                    Some(back) if reused => req = back,
+                    _ => {
+                        return Err(ProxyError::Upstream {
+                            addr: self.addr,
+                            source: e.into_error(),
+                        })
+                    }
+                },
+            }
+        }
+    }
+
+    fn checkout(&self) -> Option<conn::http1::SendRequest<ProxyBody>> {
+        let now = Instant::now();
+        let mut idle = self.idle.lock().ok()?;
+        while let Some(c) = idle.pop() {
+            if !c.tx.is_closed() && now.duration_since(c.since) < self.config.idle_timeout {
+                return Some(c.tx);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, tx: conn::http1::SendRequest<ProxyBody>) {
+        if tx.is_closed() {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < self.config.max_idle {
+                idle.push(Idle {
+                    tx,
+                    since: Instant::now(),
+                });
+            }
+        }
+    }
+
+    async fn connect_h1(&self) -> Result<conn::http1::SendRequest<ProxyBody>, ProxyError> {
+        let io = self.connect().await?;
+        let (tx, conn) = conn::http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|source| ProxyError::Handshake {
+                addr: self.addr,
+                source,
+            })?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(tx)
+    }
+
+    async fn connect(&self) -> Result<TokioIo<tokio::net::TcpStream>, ProxyError> {
+        listen::connect(self.addr.0, self.config.connect_timeout)
+            .await
+            .map(TokioIo::new)
+            .map_err(|source| ProxyError::Connect {
+                addr: self.addr,
+                source,
+            })
+    }
+
+    async fn send_h2(&self, req: Request<ProxyBody>) -> Result<Response<ProxyBody>, ProxyError> {
+        let mut tx = self.h2_sender().await?;
+        let resp = tx
+            .send_request(req)
+            .await
+            .map_err(|source| ProxyError::Upstream {
+                addr: self.addr,
+                source,
+            })?;
+        Ok(resp.map(ProxyBody::Incoming))
+    }
+
+    async fn h2_sender(&self) -> Result<conn::http2::SendRequest<ProxyBody>, ProxyError> {
+        if let Some(tx) = self.h2.load().as_deref() {
+            if !tx.is_closed() {
+                return Ok(tx.clone());
+            }
+        }
+        // One connect at a time; the others wait and reuse it.
+        let _connecting = self.h2_connecting.lock().await;
+        if let Some(tx) = self.h2.load().as_deref() {
+            if !tx.is_closed() {
+                return Ok(tx.clone());
+            }
+        }
+        let io = self.connect().await?;
+        let (tx, conn) = conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(256 * 1024)
+            .initial_connection_window_size(1024 * 1024)
+            .keep_alive_interval(Duration::from_secs(20))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .handshake(io)
+            .await
+            .map_err(|source| ProxyError::Handshake {
+                addr: self.addr,
+                source,
+            })?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream h2 connection ended");
+            }
+        });
+        self.h2.store(Some(Arc::new(tx.clone())));
+        Ok(tx)
+    }
+
+    /// Opens a fresh, unpooled HTTP/1 connection that supports protocol upgrades.
+    pub async fn send_upgrade(
+        &self,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<Incoming>, ProxyError> {
+        let io = self.connect().await?;
+        let (mut tx, conn) = conn::http1::Builder::new()
+            .handshake(io)
+            .await
+            .map_err(|source| ProxyError::Handshake {
+                addr: self.addr,
+                source,
+            })?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream upgraded connection ended");
+            }
+        });
+        tx.send_request(req)
+            .await
+            .map_err(|source| ProxyError::Upstream {
+                addr: self.addr,
+                source,
+            })
+    }
+
+    fn is_unused_since(&self, secs: u64) -> bool {
+        self.last_used.load(std::sync::atomic::Ordering::Relaxed) < secs
+    }
+}
+
+/// Every endpoint's pool, found without a lock; a new address is added copy-on-write.
+pub struct Pools {
+    config: Arc<PoolConfig>,
+    map: ArcSwap<HashMap<EndpointAddr, Arc<EndpointPool>>>,
+    insert: Mutex<()>,
+}
+
+impl Pools {
+    /// An empty set of pools.
+    pub fn new(config: PoolConfig) -> Self {
+        Self {
+            config: Arc::new(config),
+            map: ArcSwap::from_pointee(HashMap::new()),
+            insert: Mutex::new(()),
+        }
+    }
+
+    /// The pool for `addr`, created on first use.
+    pub fn get(&self, addr: EndpointAddr) -> Arc<EndpointPool> {
+        if let Some(p) = self.map.load().get(&addr) {
+            return p.clone();
+        }
+        let _g = self.insert.lock();
+        let cur = self.map.load();
+        if let Some(p) = cur.get(&addr) {
+            return p.clone();
+        }
+        let pool = Arc::new(EndpointPool::new(addr, self.config.clone()));
+        let mut next = HashMap::clone(&cur);
+        next.insert(addr, pool.clone());
+        self.map.store(Arc::new(next));
+        pool
+    }
+
+    /// Drops pools unused for `idle` (their connections close once in-flight requests end).
+    pub fn evict_idle(&self, idle: Duration) {
+        let _g = self.insert.lock();
+        let cutoff = crate::clock::now_secs().saturating_sub(idle.as_secs());
+        let cur = self.map.load();
+        if cur.values().any(|p| p.is_unused_since(cutoff)) {
+            let next = cur
+                .iter()
+                .filter(|(_, p)| !p.is_unused_since(cutoff))
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            self.map.store(Arc::new(next));
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Every metric name, its description, and pre-built handles so the request path never formats
+//! a label.
+
+use std::sync::{Arc, OnceLock};
+
+use metrics::{Counter, Histogram, Label};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// Which path a request or connection took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Inbound,
+    Outbound,
+    Gateway,
+}
+
+impl Direction {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::Inbound => "inbound",
+            Direction::Outbound => "outbound",
+            Direction::Gateway => "gateway",
+        }
+    }
+}
+
+pub const REQUESTS: &str = "weir_requests_total";
+pub const RESPONSES: &str = "weir_responses_total";
+pub const DURATION: &str = "weir_request_duration_seconds";
+pub const PROXY_ERRORS: &str = "weir_proxy_errors_total";
+pub const TCP_OPENED: &str = "weir_tcp_connections_opened_total";
+pub const TCP_CLOSED: &str = "weir_tcp_connections_closed_total";
+pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
+pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
+pub const DETECTIONS: &str = "weir_protocol_detections_total";
+pub const ENDPOINT_DOWN: &str = "weir_endpoint_connect_failures_total";
+
+/// Latency buckets in seconds: 0.5 ms to 30 s.
+const BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Installs the Prometheus recorder once per process (tests build several apps); the handle
+/// renders `/metrics`.
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new()
+                .set_buckets(BUCKETS)
+                .expect("static, non-empty buckets")
+                .install_recorder()
+                .expect("no other metrics recorder is installed");
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        REQUESTS,
+        "HTTP requests received, by direction, service and route."
+    );
+    describe_counter!(RESPONSES, "HTTP responses sent, by status class and code.");
+    describe_histogram!(
+        DURATION,
+        Unit::Seconds,
+        "Time from request received to response head sent."
+    );
+    describe_counter!(
+        PROXY_ERRORS,
+        "Responses the proxy produced itself, by cause (weir-proxy-error)."
+    );
+    describe_counter!(TCP_OPENED, "Opaque TCP connections opened.");
+    describe_counter!(TCP_CLOSED, "Opaque TCP connections closed.");
+    describe_counter!(
+        TCP_RX,
+        "Bytes received from the downstream client of opaque TCP connections."
+    );
+    describe_counter!(
+        TCP_TX,
+        "Bytes sent to the downstream client of opaque TCP connections."
+    );
+    describe_counter!(DETECTIONS, "Protocol detection outcomes, by protocol.");
+    describe_counter!(
+        ENDPOINT_DOWN,
+        "Upstream connect failures that marked an endpoint down."
+    );
+    crate::discovery::describe_metrics();
+}
+
+/// Handles for one (direction, service, route), built when the registry is loaded.
+pub struct RouteMetrics {
+    labels: Arc<[Label]>,
+    requests: Counter,
+    duration: Histogram,
+    by_code: Box<[OnceLock<Counter>]>,
+}
+
+impl std::fmt::Debug for RouteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteMetrics")
+            .field("labels", &self.labels)
+            .finish()
+    }
+}
+
+impl RouteMetrics {
+    /// Registers the series for one route.
+    pub fn new(direction: Direction, service: &str, route: &str) -> Arc<Self> {
+        let labels: Arc<[Label]> = vec![
+            Label::new("direction", direction.as_str()),
+            Label::new("service", service.to_string()),
+            Label::new("route", route.to_string()),
+        ]
+        .into();
+        Arc::new(Self {
+            requests: metrics::counter!(REQUESTS, labels.iter()),
+            duration: metrics::histogram!(DURATION, labels.iter()),
+            by_code: (100..600).map(|_| OnceLock::new()).collect(),
+            labels,
+        })
+    }
+
+    /// A request arrived.
+    pub fn request(&self) {
+        self.requests.increment(1);
+    }
+
+    /// Its response head went out after `secs`.
+    pub fn response(&self, status: u16, secs: f64) {
+        self.duration.record(secs);
+        let idx = usize::from(status.clamp(100, 599) - 100);
+        if let Some(slot) = self.by_code.get(idx) {
+            slot.get_or_init(|| {
+                let mut l = self.labels.to_vec();
+                l.push(Label::new("status_class", format!("{}xx", status / 100)));
+                l.push(Label::new("status_code", status.to_string()));
+                metrics::counter!(RESPONSES, l.iter())
+            })
+            .increment(1);
+        }
+    }
+
+    /// The proxy answered itself because of `cause`.
+    pub fn proxy_error(&self, cause: &'static str) {
+        let mut l = self.labels.to_vec();
+        l.push(Label::new("error", cause));
+        metrics::counter!(PROXY_ERRORS, l.iter()).increment(1);
+    }
+}
+
+/// Handles for opaque TCP on one (direction, service).
+#[derive(Debug, Clone)]
+pub struct TcpMetrics {
+    pub opened: Counter,
+    pub closed: Counter,
+    pub rx: Counter,
+    pub tx: Counter,
+}
+
+impl TcpMetrics {
+    /// Registers the series.
+    pub fn new(direction: Direction, service: &str) -> Self {
+        let l = [
+            Label::new("direction", direction.as_str()),
+            Label::new("service", service.to_string()),
+        ];
+        Self {
+            opened: metrics::counter!(TCP_OPENED, l.iter()),
+            closed: metrics::counter!(TCP_CLOSED, l.iter()),
+            rx: metrics::counter!(TCP_RX, l.iter()),
+            tx: metrics::counter!(TCP_TX, l.iter()),
+        }
+    }
+}
+
+/// Counts a detection outcome.
+pub fn detection(direction: Direction, protocol: &'static str) {
+    metrics::counter!(DETECTIONS, "direction" => direction.as_str(), "protocol" => protocol)
+        .increment(1);
+}

@@ -1,0 +1,66 @@
+//! The outbound path: a transparent client's request → its service (by virtual address, else
+//! authority) → mesh routes → balanced endpoint; unknown destinations pass through unchanged.
+
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+
+use crate::{
+    addr::EndpointAddr,
+    app::{ConnInfo, Shared},
+    dispatch,
+    error::ProxyError,
+    forward,
+    http::{body::ProxyBody, headers},
+    metrics::RouteMetrics,
+};
+
+/// Handles one outbound request; returns the metrics handle it counted on.
+pub async fn request(
+    shared: &Shared,
+    conn: &ConnInfo,
+    req: Request<Incoming>,
+) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
+    let snap = shared.snapshot();
+    let (parts, body) = req.into_parts();
+    if let Err(e) = headers::validate_request(&parts) {
+        return (snap.passthrough.clone(), Err(e));
+    }
+    let target = conn
+        .orig_dst
+        .and_then(|d| snap.by_orig_dst(d))
+        .or_else(|| headers::authority_host(&parts).and_then(|h| snap.by_authority(h)));
+    let Some(svc) = target else {
+        let m = snap.passthrough.clone();
+        m.request();
+        let Some(dst) = conn.orig_dst else {
+            return (m, Err(ProxyError::NoRoute));
+        };
+        let proto = forward::same_as(parts.version);
+        return (
+            m,
+            forward::to_endpoint(shared, EndpointAddr(dst.0), None, proto, parts, body).await,
+        );
+    };
+    if svc.routes.table.is_empty() {
+        let m = svc.default_metrics[0].clone();
+        m.request();
+        return (m, forward::to_service(shared, svc, parts, body).await);
+    }
+    let routed = dispatch::route(
+        shared,
+        &snap,
+        &svc.routes,
+        parts,
+        body,
+        &svc.service.namespace,
+    )
+    .await;
+    (
+        routed
+            .metrics
+            .unwrap_or_else(|| svc.default_metrics[0].clone()),
+        routed.result,
+    )
+}
