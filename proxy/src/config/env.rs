@@ -158,10 +158,9 @@ impl Config {
             env,
             errors: Vec::new(),
         };
-        let gateway_listen = match env.get("WEIR_PROXY_GATEWAY_LISTEN") {
-            None => None,
-            Some(_) => Some(r.addr("WEIR_PROXY_GATEWAY_LISTEN", ([0, 0, 0, 0], 0).into())),
-        };
+        let gateway_listen = env
+            .get("WEIR_PROXY_GATEWAY_LISTEN")
+            .map(|_| r.addr("WEIR_PROXY_GATEWAY_LISTEN", ([0, 0, 0, 0], 0).into()));
         let mut h2 = d.h2;
         h2.max_concurrent_streams = r.number(
             "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
