@@ -2,4 +2,5 @@
 //! and the tests.
 
 pub mod addr;
+pub mod balance;
 pub mod model;
