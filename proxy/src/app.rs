@@ -389,7 +389,7 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
     let snap = shared.snapshot();
     let (addr, metrics) = match (conn.direction, snap.by_orig_dst(dst)) {
         (Direction::Outbound, Some(svc)) => match svc.endpoints.pick() {
-            Some(ep) => (ep.addr, svc.tcp.clone()),
+            Some(ep) => (ep.addr(), svc.tcp.clone()),
             None => return,
         },
         _ => (EndpointAddr(dst.0), snap.passthrough_tcp.clone()),

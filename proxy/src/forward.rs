@@ -38,7 +38,7 @@ pub async fn to_service(
         Some(AppProtocol::Http) => UpstreamProto::Http1,
         _ => same_as(parts.version),
     };
-    to_endpoint(shared, ep.addr, Some(&ep), proto, parts, body).await
+    to_endpoint(shared, ep.addr(), Some(ep), proto, parts, body).await
 }
 
 /// The upstream protocol that keeps the downstream one.

@@ -6,7 +6,7 @@ use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use crate::{
     addr::OrigDstAddr,
-    balance::EndpointSet,
+    balance::{BalanceConfig, EndpointSet},
     metrics::{Direction, RouteMetrics, TcpMetrics},
     model::{Registry, Route, Service},
     routing::RouteTable,
@@ -131,7 +131,11 @@ impl Snapshot {
             by_name.insert((svc.name.clone(), svc.namespace.clone()), i);
             services.push(Arc::new(ServiceTarget {
                 routes: RouteSet::new(&svc.routes, Direction::Outbound, Some(&name)),
-                endpoints: EndpointSet::rebuild(prev_set, &svc.endpoints),
+                endpoints: EndpointSet::rebuild(
+                    prev_set,
+                    &svc.endpoints,
+                    &BalanceConfig::default(),
+                ),
                 default_metrics: [
                     RouteMetrics::new(Direction::Outbound, &name, "default"),
                     RouteMetrics::new(Direction::Inbound, &name, "default"),
