@@ -17,28 +17,49 @@ use crate::{
     http::{
         body::ProxyBody,
         headers::{strip_hop_by_hop, wants_upgrade},
-        pool::UpstreamProto,
+        pool::{Conn, EndpointPool, UpstreamProto},
     },
     model::AppProtocol,
 };
 
-/// Balances over `svc`'s endpoints and forwards.
+/// Balances over `svc`'s endpoints and forwards. A connect failure marks the endpoint down and
+/// tries another (nothing was sent yet), up to three endpoints.
 pub async fn to_service(
     shared: &Shared,
     svc: &ServiceTarget,
-    parts: Parts,
+    mut parts: Parts,
     body: Incoming,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let ep = svc
-        .endpoints
-        .pick()
-        .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
     let proto = match svc.service.app_protocol {
         Some(AppProtocol::H2c | AppProtocol::Grpc) => UpstreamProto::H2,
         Some(AppProtocol::Http) => UpstreamProto::Http1,
         _ => same_as(parts.version),
     };
-    to_endpoint(shared, ep.addr(), Some(ep), proto, parts, body).await
+    let upgrade = prepare(&mut parts, proto)?;
+    let attempts = svc.endpoints.ready_len().clamp(1, 3);
+    let mut tried = 0;
+    loop {
+        let ep = svc
+            .endpoints
+            .pick()
+            .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
+        let pool = shared.pools.get(ep.addr());
+        if upgrade {
+            return send(&pool, Some(ep), None, parts, body, true).await;
+        }
+        match pool.acquire(proto).await {
+            Ok(conn) => return send(&pool, Some(ep), Some(conn), parts, body, false).await,
+            Err(e @ ProxyError::Connect { .. }) => {
+                ep.connect_failed();
+                metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
+                tried += 1;
+                if tried >= attempts {
+                    return Err(e);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The upstream protocol that keeps the downstream one.
@@ -50,34 +71,56 @@ pub fn same_as(v: Version) -> UpstreamProto {
     }
 }
 
-/// Sends one request to one endpoint.
+/// Sends one request to one address (passthrough and inbound: no balancing).
 pub async fn to_endpoint(
     shared: &Shared,
     addr: EndpointAddr,
-    state: Option<&Arc<EndpointState>>,
     proto: UpstreamProto,
     mut parts: Parts,
     body: Incoming,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    let upgrade = prepare(&mut parts, proto)?;
+    let pool = shared.pools.get(addr);
+    let conn = if upgrade {
+        None
+    } else {
+        Some(pool.acquire(proto).await?)
+    };
+    send(&pool, None, conn, parts, body, upgrade).await
+}
+
+/// Header hygiene and request target for the upstream; returns whether this is an upgrade.
+fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
     let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
     strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
-    set_target(&mut parts, proto)?;
-    let pool = shared.pools.get(addr);
+    set_target(parts, proto)?;
+    Ok(upgrade)
+}
+
+/// Sends a prepared request, feeding the balancer the time to the response head.
+async fn send(
+    pool: &Arc<EndpointPool>,
+    state: Option<&Arc<EndpointState>>,
+    conn: Option<Conn>,
+    parts: Parts,
+    body: Incoming,
+    upgrade: bool,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let inflight = state.map(|s| s.start());
     let started = Instant::now();
-    let result = if upgrade {
-        upgrade_and_forward(&pool, parts, body).await
-    } else {
-        pool.send(Request::from_parts(parts, ProxyBody::Incoming(body)), proto)
-            .await
-    };
-    match (&result, state) {
-        (Err(ProxyError::Connect { .. }), Some(s)) => {
-            s.connect_failed();
-            metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
+    let result = match conn {
+        Some(conn) if !upgrade => {
+            pool.send(conn, Request::from_parts(parts, ProxyBody::Incoming(body)))
+                .await
         }
-        (Ok(_), Some(s)) => s.connect_succeeded(),
-        _ => {}
+        _ => upgrade_and_forward(pool, parts, body).await,
+    };
+    if let Some(s) = state {
+        match &result {
+            Err(ProxyError::Connect { .. }) => s.connect_failed(),
+            Ok(_) => s.connect_succeeded(),
+            Err(_) => {}
+        }
     }
     if let (Some(f), Ok(_)) = (inflight, &result) {
         f.finish(started.elapsed());
@@ -148,7 +191,7 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
 
 /// Forwards a protocol-switch request; on 101 the two upgraded connections are spliced.
 async fn upgrade_and_forward(
-    pool: &crate::http::pool::EndpointPool,
+    pool: &EndpointPool,
     parts: Parts,
     body: Incoming,
 ) -> Result<Response<ProxyBody>, ProxyError> {

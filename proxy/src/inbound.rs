@@ -36,6 +36,6 @@ pub async fn request(
     let proto = forward::same_as(parts.version);
     (
         m.clone(),
-        forward::to_endpoint(shared, EndpointAddr(dst.0), None, proto, parts, body).await,
+        forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
     )
 }

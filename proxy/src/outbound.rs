@@ -40,7 +40,7 @@ pub async fn request(
         let proto = forward::same_as(parts.version);
         return (
             m,
-            forward::to_endpoint(shared, EndpointAddr(dst.0), None, proto, parts, body).await,
+            forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
         );
     };
     if svc.routes.table.is_empty() {

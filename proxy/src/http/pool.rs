@@ -41,6 +41,19 @@ struct Idle {
     since: Instant,
 }
 
+/// An upstream connection acquired for one request.
+pub enum Conn {
+    /// A keep-alive connection; `reused` if it came from the idle pool.
+    H1 {
+        /// The sender.
+        tx: conn::http1::SendRequest<ProxyBody>,
+        /// Whether it carried requests before.
+        reused: bool,
+    },
+    /// The endpoint's multiplexed connection.
+    H2(conn::http2::SendRequest<ProxyBody>),
+}
+
 /// Connections to one endpoint.
 pub struct EndpointPool {
     addr: EndpointAddr,
@@ -85,52 +98,78 @@ impl EndpointPool {
         }
     }
 
-    /// Sends `req` and returns the response head with its streaming body.
-    pub async fn send(
-        self: &Arc<Self>,
-        req: Request<ProxyBody>,
-        proto: UpstreamProto,
-    ) -> Result<Response<ProxyBody>, ProxyError> {
+    /// A connection ready to carry one request: connect failures surface here, before the
+    /// request is built, so the caller may try another endpoint with nothing lost.
+    pub async fn acquire(self: &Arc<Self>, proto: UpstreamProto) -> Result<Conn, ProxyError> {
         self.last_used.store(
             crate::clock::now_secs(),
             std::sync::atomic::Ordering::Relaxed,
         );
         match proto {
-            UpstreamProto::Http1 => self.send_h1(req).await,
-            UpstreamProto::H2 => self.send_h2(req).await,
+            UpstreamProto::Http1 => {
+                while let Some(mut tx) = self.checkout() {
+                    if tx.ready().await.is_ok() {
+                        return Ok(Conn::H1 { tx, reused: true });
+                    }
+                }
+                Ok(Conn::H1 {
+                    tx: self.connect_h1().await?,
+                    reused: false,
+                })
+            }
+            UpstreamProto::H2 => Ok(Conn::H2(self.h2_sender().await?)),
         }
     }
 
-    async fn send_h1(
+    /// Sends `req` on `conn` and returns the response head with its streaming body.
+    pub async fn send(
         self: &Arc<Self>,
-        mut req: Request<ProxyBody>,
+        conn: Conn,
+        req: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        loop {
-            let (mut tx, reused) = match self.checkout() {
-                Some(tx) => (tx, true),
-                None => (self.connect_h1().await?, false),
-            };
-            if reused && tx.ready().await.is_err() {
-                continue;
-            }
-            match tx.try_send_request(req).await {
-                Ok(resp) => {
-                    let ret = PoolReturn(Some((tx, self.clone())));
-                    return Ok(resp.map(|b| ProxyBody::Pooled(b, ret)));
-                }
+        match conn {
+            Conn::H1 { mut tx, reused } => match tx.try_send_request(req).await {
+                Ok(resp) => Ok(self.pooled(resp, tx)),
                 Err(mut e) => match e.take_message() {
-                    // The pooled connection closed before the request went out: nothing was sent,
-                    // so another connection may carry it.
-                    Some(back) if reused => req = back,
-                    _ => {
-                        return Err(ProxyError::Upstream {
-                            addr: self.addr,
-                            source: e.into_error(),
-                        })
+                    // The pooled connection closed before the request went out: nothing was
+                    // sent, so a fresh connection may carry it.
+                    Some(back) if reused => {
+                        let mut tx = self.connect_h1().await?;
+                        let resp =
+                            tx.send_request(back)
+                                .await
+                                .map_err(|source| ProxyError::Upstream {
+                                    addr: self.addr,
+                                    source,
+                                })?;
+                        Ok(self.pooled(resp, tx))
                     }
+                    _ => Err(ProxyError::Upstream {
+                        addr: self.addr,
+                        source: e.into_error(),
+                    }),
                 },
+            },
+            Conn::H2(mut tx) => {
+                let resp = tx
+                    .send_request(req)
+                    .await
+                    .map_err(|source| ProxyError::Upstream {
+                        addr: self.addr,
+                        source,
+                    })?;
+                Ok(resp.map(ProxyBody::Incoming))
             }
         }
+    }
+
+    fn pooled(
+        self: &Arc<Self>,
+        resp: Response<Incoming>,
+        tx: conn::http1::SendRequest<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        let ret = PoolReturn(Some((tx, self.clone())));
+        resp.map(|b| ProxyBody::Pooled(b, ret))
     }
 
     fn checkout(&self) -> Option<conn::http1::SendRequest<ProxyBody>> {
@@ -183,18 +222,6 @@ impl EndpointPool {
                 addr: self.addr,
                 source,
             })
-    }
-
-    async fn send_h2(&self, req: Request<ProxyBody>) -> Result<Response<ProxyBody>, ProxyError> {
-        let mut tx = self.h2_sender().await?;
-        let resp = tx
-            .send_request(req)
-            .await
-            .map_err(|source| ProxyError::Upstream {
-                addr: self.addr,
-                source,
-            })?;
-        Ok(resp.map(ProxyBody::Incoming))
     }
 
     async fn h2_sender(&self) -> Result<conn::http2::SendRequest<ProxyBody>, ProxyError> {
