@@ -107,6 +107,14 @@ async fn in_process_backend_checksums_a_large_upload_and_streams_a_large_body() 
     assert_eq!(reply["bytes"], (5u64 << 20) + 3);
     assert_eq!(reply["fnv1a64"], sum.hex());
 
+    let big = 64 << 20;
+    let streamed = http_client::post_pattern(backend.addr, "svc", "/_/stream", big, DEADLINE).await;
+    assert_eq!(streamed.json()["bytes"], big);
+    assert_eq!(
+        streamed.json()["fnv1a64"],
+        weir_tests::backend::pattern_fnv1a64(big)
+    );
+
     let body = get(backend.addr, "svc", "/_/bytes/100000").await.body;
     let expected: Vec<u8> = (0..100_000).map(pattern_byte).collect();
     assert_eq!(
@@ -308,8 +316,20 @@ async fn proxy_helper_reports_a_binary_that_exits_at_start() {
 }
 
 #[test]
+fn a_missing_tool_skips_or_fails_under_require_all() {
+    let outcome = std::panic::catch_unwind(|| weir_tests::skip::require_tool("weir-no-such-tool"));
+    if weir_tests::skip::require_all() {
+        assert!(
+            outcome.is_err(),
+            "WEIR_TEST_REQUIRE_ALL=1 must turn a skip into a failure"
+        );
+    } else {
+        assert_eq!(outcome.ok(), Some(false));
+    }
+}
+
+#[test]
 fn proxy_binary_is_found_next_to_the_test_binary() {
     let bin = weir_tests::proxy::proxy_bin();
     assert_eq!(bin.file_name().and_then(|n| n.to_str()), Some("weir-proxy"));
-    let _ = http_client::CALL_DEADLINE;
 }

@@ -263,6 +263,19 @@ pub fn pattern_byte(i: u64) -> u8 {
     (i % 251) as u8
 }
 
+/// The `fnv1a64` that `/_/stream` reports for `len` bytes of [`pattern_byte`]
+/// (what [`crate::http_client::post_pattern`] sends).
+pub fn pattern_fnv1a64(len: u64) -> String {
+    let mut sum = Fnv1a64::new();
+    let mut buf = Vec::with_capacity(64 * 1024);
+    for start in (0..len).step_by(64 * 1024) {
+        buf.clear();
+        buf.extend((start..(start + 64 * 1024).min(len)).map(pattern_byte));
+        sum.update(&buf);
+    }
+    sum.hex()
+}
+
 fn full(body: impl Into<Bytes>) -> Body {
     BodyExt::boxed(Full::new(body.into()))
 }

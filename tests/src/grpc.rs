@@ -42,7 +42,8 @@ impl GrpcServer {
         let mut cmd = Command::new(python());
         cmd.arg(grpc_dir().join("server.py"))
             .args(["--port", &addr.port().to_string(), "--name", name])
-            .env("PYTHONUNBUFFERED", "1");
+            .env("PYTHONUNBUFFERED", "1")
+            .env("WEIR_GRPC_STUBS_DIR", dir.join("stubs"));
         let mut child = ChildProc::spawn("grpc server.py", cmd, &dir.join("server.log"));
         let ready = crate::wait::try_poll_until(START_DEADLINE, || async {
             child.log().contains("READY").then_some(())

@@ -99,6 +99,43 @@ pub async fn get_h2(addr: SocketAddr, host: &str, path: &str) -> Reply {
     H2Conn::connect(addr).await.send(req).await
 }
 
+/// `POST path` over HTTP/1.1 with a chunked body of `len` bytes of
+/// [`crate::backend::pattern_byte`], generated lazily in 64 KiB chunks so the test process never
+/// holds it (for memory tests with gigabyte uploads). Compare with
+/// [`crate::backend::pattern_fnv1a64`].
+pub async fn post_pattern(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    len: u64,
+    deadline: Duration,
+) -> Reply {
+    const CHUNK: u64 = 64 * 1024;
+    let chunks = (0..len.div_ceil(CHUNK)).map(move |i| {
+        let (start, end) = (i * CHUNK, ((i + 1) * CHUNK).min(len));
+        let data: Vec<u8> = (start..end).map(crate::backend::pattern_byte).collect();
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(Bytes::from(data)))
+    });
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+    let req = Request::post(path)
+        .header(http::header::HOST, host)
+        .body(body)
+        .expect("a valid upload request");
+    let io = within(CALL_DEADLINE, "HTTP/1 connect", TcpStream::connect(addr))
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let (mut tx, conn) = http1::handshake(TokioIo::new(io))
+        .await
+        .unwrap_or_else(|e| panic!("HTTP/1 handshake with {addr}: {e}"));
+    tokio::spawn(conn);
+    let reply = within(deadline, "streamed upload", async {
+        read_reply(tx.send_request(req).await?).await
+    });
+    reply
+        .await
+        .unwrap_or_else(|e| panic!("streamed upload to {addr}: {e}"))
+}
+
 /// One HTTP/1.1 connection; requests go one after another on it.
 pub struct H1Conn {
     tx: http1::SendRequest<Full<Bytes>>,
