@@ -421,9 +421,7 @@ macro_rules! string_newtype {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let $s = String::deserialize(d)?;
                 let parsed: Result<$ty, String> = $parse;
-                parsed.map_err(|e| {
-                    de::Error::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e))
-                })
+                parsed.map_err(|e| de::Error::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e)))
             }
         }
         impl Serialize for $ty {
@@ -435,46 +433,14 @@ macro_rules! string_newtype {
     };
 }
 
-string_newtype!(
-    Method,
-    "method",
-    |s| http::Method::from_str(&s)
-        .map(Method)
-        .map_err(|e| e.to_string()),
-    |v| v.0.as_str()
-);
-string_newtype!(
-    HeaderName,
-    "header name",
-    |s| http::HeaderName::from_str(&s)
-        .map(HeaderName)
-        .map_err(|e| e.to_string()),
-    |v| v.0.as_str()
-);
-string_newtype!(
-    HeaderValue,
-    "header value",
-    |s| http::HeaderValue::from_str(&s)
-        .map(HeaderValue)
-        .map_err(|e| e.to_string()),
-    |v| v.0.to_str().unwrap_or("")
-);
-string_newtype!(
-    Pattern,
-    "regular expression",
-    |s| regex::Regex::new(&format!("^(?:{s})$"))
-        .map(|r| Pattern(Arc::new(r)))
-        .map_err(|e| e.to_string()),
-    |v| {
-        let s = v.0.as_str();
-        s.strip_prefix("^(?:")
-            .and_then(|s| s.strip_suffix(")$"))
-            .unwrap_or(s)
-    }
-);
-string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| {
-    format_duration(v.0)
+string_newtype!(Method, "method", |s| http::Method::from_str(&s).map(Method).map_err(|e| e.to_string()), |v| v.0.as_str());
+string_newtype!(HeaderName, "header name", |s| http::HeaderName::from_str(&s).map(HeaderName).map_err(|e| e.to_string()), |v| v.0.as_str());
+string_newtype!(HeaderValue, "header value", |s| http::HeaderValue::from_str(&s).map(HeaderValue).map_err(|e| e.to_string()), |v| v.0.to_str().unwrap_or(""));
+string_newtype!(Pattern, "regular expression", |s| regex::Regex::new(&format!("^(?:{s})$")).map(|r| Pattern(Arc::new(r))).map_err(|e| e.to_string()), |v| {
+    let s = v.0.as_str();
+    s.strip_prefix("^(?:").and_then(|s| s.strip_suffix(")$")).unwrap_or(s)
 });
+string_newtype!(Dur, "duration", |s| parse_duration(&s).map(Dur), |v| format_duration(v.0));
 
 /// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -488,19 +454,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = s;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if num_len == 0 {
             return Err("expected a number, like 10s or 500ms".into());
         }
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| "bad number".to_string())?;
+        let n: f64 = rest[..num_len].parse().map_err(|_| "bad number".to_string())?;
         rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
         let secs = match &rest[..unit_len] {
             "h" => 3600.0,
             "m" => 60.0,
