@@ -114,7 +114,9 @@ impl WeirProxyBuilder {
             .env("WEIR_PROXY_OUTBOUND_LISTEN", outbound.to_string())
             .env("WEIR_PROXY_INBOUND_LISTEN", inbound.to_string())
             .env("WEIR_PROXY_ADMIN_LISTEN", admin.to_string())
-            .env("RUST_BACKTRACE", "1");
+            .env("RUST_BACKTRACE", "1")
+            // Plain log lines, so tests can search them for `key=value`.
+            .env("NO_COLOR", "1");
         if let Some(gw) = gateway {
             cmd.env("WEIR_PROXY_GATEWAY_LISTEN", gw.to_string());
         }
