@@ -1,1 +1,3 @@
-//! One integration-test binary: one module per feature.
+//! The end-to-end test binary: one module per feature, all against real processes and sockets.
+
+mod infra;

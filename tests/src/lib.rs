@@ -1,1 +1,24 @@
-//! Shared helpers for the end-to-end tests.
+//! Shared helpers for the end-to-end tests: real processes (weir-proxy, nginx, Python grpcio),
+//! real sockets, network namespaces. The tests themselves live in `e2e/`, one module per feature.
+
+pub mod backend;
+pub mod grpc;
+pub mod http_client;
+pub mod metrics;
+pub mod netns;
+pub mod nginx;
+pub mod ports;
+pub mod process;
+pub mod proxy;
+pub mod skip;
+pub mod tmp;
+pub mod wait;
+
+pub use backend::TestBackend;
+pub use grpc::GrpcServer;
+pub use http_client::Reply;
+pub use netns::NetNs;
+pub use nginx::Nginx;
+pub use ports::{free_addr, free_port};
+pub use proxy::WeirProxy;
+pub use wait::{poll_until, wait_for_port};

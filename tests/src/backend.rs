@@ -1,0 +1,310 @@
+//! An in-process HTTP/1 + HTTP/2 (h2c) backend that tells a test exactly what it received.
+//!
+//! Every response carries `x-backend: <name>`. Paths:
+//! - anything else: JSON echo `{backend, method, uri, version, headers, body_bytes, body}`
+//!   (`body` only when under 64 KiB; header values of repeated names are joined with `, `)
+//! - `/_/status/<code>`: the echo, with that status
+//! - `/_/delay/<ms>`: the echo, after that delay (for timeout tests; the backend sleeps, not the test)
+//! - `/_/stream`: consumes a body of any size without buffering it and answers
+//!   `{"bytes": n, "fnv1a64": "<16 hex digits>"}` (compute the expectation with [`Fnv1a64`])
+//! - `/_/bytes/<n>`: a streamed body of `n` bytes of [`pattern_byte`]
+//! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
+//!   every byte written on the upgraded stream is echoed back until the client closes.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// Echoed bodies up to this size are included verbatim in the JSON.
+const ECHO_BODY_LIMIT: usize = 64 * 1024;
+
+/// A running backend; stops (closing every connection) on drop or [`TestBackend::stop`].
+pub struct TestBackend {
+    /// Where it listens (`127.0.0.1:<port>`).
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    task: JoinHandle<()>,
+}
+
+struct State {
+    name: HeaderValue,
+    name_str: String,
+    requests: AtomicU64,
+    connections: AtomicU64,
+    /// 0 = behave normally; otherwise every request gets this status.
+    forced_status: AtomicU16,
+}
+
+impl TestBackend {
+    /// Binds `127.0.0.1:0` and starts serving; `name` comes back in `x-backend` and the echo.
+    pub async fn start(name: &str) -> TestBackend {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local_addr of a bound socket");
+        let state = Arc::new(State {
+            name: HeaderValue::from_str(name).expect("backend name is a valid header value"),
+            name_str: name.to_owned(),
+            requests: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            forced_status: AtomicU16::new(0),
+        });
+        let task = tokio::spawn(accept_loop(listener, state.clone()));
+        TestBackend { addr, state, task }
+    }
+
+    /// The backend's name.
+    pub fn name(&self) -> &str {
+        &self.state.name_str
+    }
+
+    /// Requests received so far (all paths, including upgrades).
+    pub fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections accepted so far (to check pooling and multiplexing).
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// From now on answer every request with `status` (`None`: back to normal), to make an
+    /// endpoint fail mid-test.
+    pub fn force_status(&self, status: Option<StatusCode>) {
+        let code = status.map_or(0, |s| s.as_u16());
+        self.state.forced_status.store(code, Ordering::SeqCst);
+    }
+
+    /// Stops accepting and closes every open connection; returns once the port is released.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        // The aborted task resolves once its future, listener and connections are dropped.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for TestBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    // Owning the connection tasks here means aborting this task closes all of them.
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((io, _)) = accepted else { continue };
+                state.connections.fetch_add(1, Ordering::SeqCst);
+                let state = state.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    mut req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    state.requests.fetch_add(1, Ordering::SeqCst);
+    let forced = state.forced_status.load(Ordering::SeqCst);
+    let path = req.uri().path().to_owned();
+    let mut resp = if forced != 0 {
+        let status = StatusCode::from_u16(forced).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        echo(&state, req, status).await
+    } else if req.headers().contains_key(http::header::UPGRADE) {
+        upgrade(&mut req)
+    } else if path == "/_/stream" {
+        stream_count(req).await
+    } else if let Some(n) = path.strip_prefix("/_/bytes/").and_then(|n| n.parse().ok()) {
+        pattern_body(n)
+    } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
+        echo(&state, req, status).await
+    } else if let Some(ms) = path.strip_prefix("/_/delay/").and_then(|m| m.parse().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        echo(&state, req, StatusCode::OK).await
+    } else {
+        echo(&state, req, StatusCode::OK).await
+    };
+    resp.headers_mut().insert("x-backend", state.name.clone());
+    Ok(resp)
+}
+
+async fn echo(state: &State, req: Request<Incoming>, status: StatusCode) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let mut headers = BTreeMap::<String, String>::new();
+    for (name, value) in &parts.headers {
+        let value = String::from_utf8_lossy(value.as_bytes());
+        headers
+            .entry(name.as_str().to_owned())
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert_with(|| value.into_owned());
+    }
+    let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let json = serde_json::json!({
+        "backend": state.name_str,
+        "method": parts.method.as_str(),
+        "uri": uri,
+        "authority": parts.uri.authority().map(|a| a.as_str()),
+        "version": format!("{:?}", parts.version),
+        "headers": headers,
+        "body_bytes": body.len(),
+        "body": (body.len() <= ECHO_BODY_LIMIT).then(|| String::from_utf8_lossy(&body).into_owned()),
+    });
+    let mut resp = Response::new(full(json.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn upgrade(req: &mut Request<Incoming>) -> Response<Body> {
+    let proto = req.headers().get(http::header::UPGRADE).cloned();
+    let on_upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let mut io = TokioIo::new(upgraded);
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = io.read(&mut buf).await {
+            if n == 0 || io.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = io.shutdown().await;
+    });
+    let mut resp = Response::new(full(""));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    if let Some(proto) = proto {
+        resp.headers_mut().insert(http::header::UPGRADE, proto);
+    }
+    resp.headers_mut().insert(
+        http::header::CONNECTION,
+        HeaderValue::from_static("upgrade"),
+    );
+    resp
+}
+
+async fn stream_count(req: Request<Incoming>) -> Response<Body> {
+    let mut body = req.into_body();
+    let mut sum = Fnv1a64::new();
+    let mut bytes = 0u64;
+    let mut failed = None;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => {
+                if let Some(data) = frame.data_ref() {
+                    bytes += data.len() as u64;
+                    sum.update(data);
+                }
+            }
+            Err(e) => {
+                failed = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let json = serde_json::json!({ "bytes": bytes, "fnv1a64": sum.hex(), "error": failed });
+    let mut resp = Response::new(full(json.to_string()));
+    if failed.is_some() {
+        *resp.status_mut() = StatusCode::BAD_REQUEST;
+    }
+    resp
+}
+
+fn pattern_body(len: u64) -> Response<Body> {
+    const CHUNK: u64 = 16 * 1024;
+    let chunks = (0..len.div_ceil(CHUNK)).map(move |i| {
+        let start = i * CHUNK;
+        let end = (start + CHUNK).min(len);
+        let data: Vec<u8> = (start..end).map(pattern_byte).collect();
+        Ok::<_, Infallible>(Frame::data(Bytes::from(data)))
+    });
+    Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+        chunks,
+    ))))
+}
+
+/// Byte `i` of the deterministic pattern `/_/bytes/<n>` sends.
+pub fn pattern_byte(i: u64) -> u8 {
+    (i % 251) as u8
+}
+
+/// The `fnv1a64` that `/_/stream` reports for `len` bytes of [`pattern_byte`]
+/// (what [`crate::http_client::post_pattern`] sends).
+pub fn pattern_fnv1a64(len: u64) -> String {
+    let mut sum = Fnv1a64::new();
+    let mut buf = Vec::with_capacity(64 * 1024);
+    for start in (0..len).step_by(64 * 1024) {
+        buf.clear();
+        buf.extend((start..(start + 64 * 1024).min(len)).map(pattern_byte));
+        sum.update(&buf);
+    }
+    sum.hex()
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    BodyExt::boxed(Full::new(body.into()))
+}
+
+/// Incremental FNV-1a (64 bit): the checksum `/_/stream` reports.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv1a64(u64);
+
+impl Fnv1a64 {
+    /// A fresh hasher.
+    pub fn new() -> Fnv1a64 {
+        Fnv1a64(0xcbf2_9ce4_8422_2325)
+    }
+
+    /// Feeds bytes.
+    pub fn update(&mut self, data: &[u8]) {
+        for &b in data {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// The digest as 16 lowercase hex digits.
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.0)
+    }
+}
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Fnv1a64::new()
+    }
+}

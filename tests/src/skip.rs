@@ -1,0 +1,104 @@
+//! Skip a test whose outside tool or privilege is missing, or fail it when CI demands everything.
+//!
+//! A developer without nginx still gets a green `cargo test`; CI sets `WEIR_TEST_REQUIRE_ALL=1`
+//! so a missing tool can never turn into a silently skipped suite.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// True when `WEIR_TEST_REQUIRE_ALL=1`: every skip becomes a failure.
+pub fn require_all() -> bool {
+    std::env::var("WEIR_TEST_REQUIRE_ALL").is_ok_and(|v| v == "1")
+}
+
+/// The running test's name: libtest names each test thread after its test, and `#[tokio::test]`
+/// runs the body on that thread.
+pub fn current_test() -> String {
+    match std::thread::current().name() {
+        Some(name) if name != "main" => name.to_owned(),
+        _ => "<test>".to_owned(),
+    }
+}
+
+/// Report a skip: prints `SKIP <test>: <why>` to stderr and returns false, or panics with the same
+/// message under `WEIR_TEST_REQUIRE_ALL=1`.
+pub fn skip(why: &str) -> bool {
+    let msg = format!("SKIP {}: {why}", current_test());
+    if require_all() {
+        panic!("{msg} (WEIR_TEST_REQUIRE_ALL=1 forbids skipping)");
+    }
+    eprintln!("{msg}");
+    false
+}
+
+/// True when `name` is an executable on `PATH` (or an existing path); otherwise skips.
+pub fn require_tool(name: &str) -> bool {
+    if tool_path(name).is_some() {
+        return true;
+    }
+    skip(&format!(
+        "`{name}` is not installed (tests/run installs it)"
+    ))
+}
+
+/// True when the process runs as root (netns, iptables, setpriv); otherwise skips.
+pub fn require_root() -> bool {
+    // /proc/self is owned by the effective uid, which avoids an unsafe getuid() call.
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    if euid == Some(0) {
+        return true;
+    }
+    skip("needs root (network namespaces, iptables)")
+}
+
+/// True when the test Python (see [`crate::grpc::python`]) can import `grpc` and `grpc_tools`.
+pub fn require_python_grpc() -> bool {
+    let python = crate::grpc::python();
+    let ok = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return true;
+    }
+    skip(&format!(
+        "`{python}` cannot import grpc + grpc_tools (pip install grpcio grpcio-tools)"
+    ))
+}
+
+/// Where `name` lives: `PATH` first, then the sbin directories, which a non-root `PATH` often
+/// lacks although nginx and ip live there. Spawn tools through this so both agree.
+pub fn tool_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let extra = ["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from);
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// [`tool_path`], panicking when absent: call it after `require!(tool ...)`.
+pub fn tool(name: &str) -> PathBuf {
+    tool_path(name).unwrap_or_else(|| panic!("`{name}` is not installed (tests/run installs it)"))
+}
+
+/// Return from the test unless every requirement holds:
+/// `require!(tool "nginx", tool "promtool", root, python_grpc);`
+///
+/// Each missing requirement prints `SKIP <test>: <why>` (or panics under
+/// `WEIR_TEST_REQUIRE_ALL=1`); the first missing one ends the test.
+#[macro_export]
+macro_rules! require {
+    ($($kind:ident $($name:literal)?),+ $(,)?) => {
+        $( if !$crate::require!(@one $kind $($name)?) { return; } )+
+    };
+    (@one tool $name:literal) => { $crate::skip::require_tool($name) };
+    (@one root) => { $crate::skip::require_root() };
+    (@one python_grpc) => { $crate::skip::require_python_grpc() };
+}
