@@ -29,7 +29,7 @@ impl From<&Config> for ServerConfig {
     fn from(c: &Config) -> Self {
         Self {
             header_read_timeout: c.header_read_timeout,
-            max_header_bytes: c.max_header_bytes.max(8192),
+            max_header_bytes: c.max_header_bytes,
             h2: c.h2,
         }
     }
@@ -50,7 +50,9 @@ where
     let mut b = conn::http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
-        .max_buf_size(cfg.max_header_bytes)
+        .max_header_size(cfg.max_header_bytes)
+        // Bodies stream through this buffer; 64 KiB keeps reads large without bloating memory.
+        .max_buf_size(cfg.max_header_bytes.max(64 * 1024))
         .keep_alive(true)
         .half_close(false);
     let mut c = std::pin::pin!(b.serve_connection(TokioIo::new(io), svc).with_upgrades());
