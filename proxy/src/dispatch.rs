@@ -74,8 +74,11 @@ pub async fn route(
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }
-    let ns = backend.namespace.as_deref().unwrap_or(default_ns);
-    let Some(svc) = snap.service(&backend.name, ns) else {
+    let Some(svc) = set
+        .backend_service(route_idx, backend_idx)
+        .and_then(|i| snap.service_at(i))
+    else {
+        let ns = backend.namespace.as_deref().unwrap_or(default_ns);
         return Routed {
             metrics,
             result: Err(ProxyError::UnknownService(format!("{}.{ns}", backend.name))),

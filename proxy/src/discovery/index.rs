@@ -12,51 +12,61 @@ use crate::{
     routing::RouteTable,
 };
 
-/// Compiled routes plus one metrics handle per route (and per backend for the gateway).
+/// Compiled routes, each route's backends resolved to service indexes, and one metrics handle
+/// per route (and per backend for the gateway), all built when the registry loads.
 #[derive(Debug)]
 pub struct RouteSet {
     /// The compiled table.
     pub table: RouteTable,
     /// `metrics[route][backend]`.
-    pub metrics: Vec<Vec<Arc<RouteMetrics>>>,
+    metrics: Vec<Vec<Arc<RouteMetrics>>>,
+    /// `backends[route][backend]`: index into the snapshot's services.
+    backends: Vec<Vec<Option<usize>>>,
 }
 
 impl RouteSet {
-    fn new(routes: &[Route], direction: Direction, service: Option<&str>) -> Self {
-        let metrics = routes
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let route_name = if r.name.is_empty() {
-                    format!("route-{i}")
-                } else {
-                    r.name.clone()
+    /// `service` labels mesh routes with the service addressed; gateway routes (`None`) are
+    /// labelled with each backend. `default_ns` resolves backendRefs without a namespace.
+    fn new(
+        routes: &[Route],
+        direction: Direction,
+        service: Option<&str>,
+        default_ns: &str,
+        by_name: &HashMap<(String, String), usize>,
+    ) -> Self {
+        let mut metrics = Vec::with_capacity(routes.len());
+        let mut backends = Vec::with_capacity(routes.len());
+        for (i, r) in routes.iter().enumerate() {
+            let route_name = if r.name.is_empty() {
+                format!("route-{i}")
+            } else {
+                r.name.clone()
+            };
+            let mut per_backend = Vec::with_capacity(r.backend_refs.len().max(1));
+            let mut resolved = Vec::with_capacity(r.backend_refs.len());
+            for b in &r.backend_refs {
+                let ns = b.namespace.as_deref().unwrap_or(default_ns);
+                resolved.push(by_name.get(&(b.name.clone(), ns.to_string())).copied());
+                let label = match service {
+                    Some(svc) => svc.to_string(),
+                    None => format!("{}.{ns}", b.name),
                 };
-                let per_backend: Vec<_> = match service {
-                    Some(svc) => vec![RouteMetrics::new(direction, svc, &route_name)],
-                    None => r
-                        .backend_refs
-                        .iter()
-                        .map(|b| {
-                            let ns = b.namespace.as_deref().unwrap_or("default");
-                            RouteMetrics::new(direction, &format!("{}.{ns}", b.name), &route_name)
-                        })
-                        .collect(),
-                };
-                if per_backend.is_empty() {
-                    vec![RouteMetrics::new(
-                        direction,
-                        service.unwrap_or("none"),
-                        &route_name,
-                    )]
-                } else {
-                    per_backend
-                }
-            })
-            .collect();
+                per_backend.push(RouteMetrics::new(direction, &label, &route_name));
+            }
+            if per_backend.is_empty() {
+                per_backend.push(RouteMetrics::new(
+                    direction,
+                    service.unwrap_or("none"),
+                    &route_name,
+                ));
+            }
+            metrics.push(per_backend);
+            backends.push(resolved);
+        }
         Self {
             table: RouteTable::new(routes),
             metrics,
+            backends,
         }
     }
 
@@ -64,6 +74,11 @@ impl RouteSet {
     pub fn metrics(&self, route: usize, backend: usize) -> Option<&Arc<RouteMetrics>> {
         let per = self.metrics.get(route)?;
         per.get(backend).or_else(|| per.first())
+    }
+
+    /// The service a route's backend resolves to, as an index into `Snapshot::services`.
+    pub fn backend_service(&self, route: usize, backend: usize) -> Option<usize> {
+        *self.backends.get(route)?.get(backend)?
     }
 }
 
@@ -107,7 +122,6 @@ pub struct Snapshot {
 impl Snapshot {
     /// Builds a snapshot, reusing balancer state from `prev` for endpoints that stayed.
     pub fn build(registry: Arc<Registry>, prev: Option<&Snapshot>) -> Self {
-        let mut services = Vec::with_capacity(registry.services.len());
         let (mut by_vip, mut by_host, mut by_name, mut by_endpoint) = (
             HashMap::new(),
             HashMap::new(),
@@ -115,10 +129,6 @@ impl Snapshot {
             HashMap::new(),
         );
         for (i, svc) in registry.services.iter().enumerate() {
-            let name = svc.qualified_name();
-            let prev_set = prev
-                .and_then(|p| p.service(&svc.name, &svc.namespace))
-                .map(|t| &t.endpoints);
             for a in &svc.addresses {
                 by_vip.insert(*a, i);
             }
@@ -129,24 +139,43 @@ impl Snapshot {
                 by_endpoint.entry(e.address).or_insert(i);
             }
             by_name.insert((svc.name.clone(), svc.namespace.clone()), i);
-            services.push(Arc::new(ServiceTarget {
-                routes: RouteSet::new(&svc.routes, Direction::Outbound, Some(&name)),
-                endpoints: EndpointSet::rebuild(
-                    prev_set,
-                    &svc.endpoints,
-                    &BalanceConfig::default(),
-                ),
-                default_metrics: [
-                    RouteMetrics::new(Direction::Outbound, &name, "default"),
-                    RouteMetrics::new(Direction::Inbound, &name, "default"),
-                ],
-                tcp: TcpMetrics::new(Direction::Outbound, &name),
-                service: svc.clone(),
-                name,
-            }));
         }
+        let balance = BalanceConfig::default();
+        let services = registry
+            .services
+            .iter()
+            .map(|svc| {
+                let name = svc.qualified_name();
+                let prev_set = prev
+                    .and_then(|p| p.service(&svc.name, &svc.namespace))
+                    .map(|t| &t.endpoints);
+                Arc::new(ServiceTarget {
+                    routes: RouteSet::new(
+                        &svc.routes,
+                        Direction::Outbound,
+                        Some(&name),
+                        &svc.namespace,
+                        &by_name,
+                    ),
+                    endpoints: EndpointSet::rebuild(prev_set, &svc.endpoints, &balance),
+                    default_metrics: [
+                        RouteMetrics::new(Direction::Outbound, &name, "default"),
+                        RouteMetrics::new(Direction::Inbound, &name, "default"),
+                    ],
+                    tcp: TcpMetrics::new(Direction::Outbound, &name),
+                    service: svc.clone(),
+                    name,
+                })
+            })
+            .collect();
         Self {
-            gateway: RouteSet::new(&registry.gateway.routes, Direction::Gateway, None),
+            gateway: RouteSet::new(
+                &registry.gateway.routes,
+                Direction::Gateway,
+                None,
+                "default",
+                &by_name,
+            ),
             gateway_unmatched: RouteMetrics::new(Direction::Gateway, "none", "none"),
             passthrough: RouteMetrics::new(Direction::Outbound, "passthrough", "default"),
             passthrough_tcp: TcpMetrics::new(Direction::Outbound, "passthrough"),
@@ -176,7 +205,12 @@ impl Snapshot {
         }
     }
 
-    /// The service with this name in this namespace.
+    /// The service at `index` (from `RouteSet::backend_service`).
+    pub fn service_at(&self, index: usize) -> Option<&Arc<ServiceTarget>> {
+        self.services.get(index)
+    }
+
+    /// The service with this name in this namespace (start-up and reload only: it allocates).
     pub fn service(&self, name: &str, namespace: &str) -> Option<&Arc<ServiceTarget>> {
         // Allocation-free lookup would need a borrowed tuple key; services are few per snapshot.
         self.by_name
