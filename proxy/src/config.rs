@@ -37,6 +37,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// Largest request head accepted; larger gets 431.
     pub max_header_bytes: usize,
+    /// Idle downstream HTTP/1 keep-alive connections are closed after this.
+    pub downstream_idle_timeout: Duration,
     /// Upstream connect timeout.
     pub connect_timeout: Duration,
     /// Idle upstream keep-alive connections are closed after this.
@@ -105,6 +107,7 @@ impl Default for Config {
             opaque_ports: DEFAULT_OPAQUE_PORTS.to_vec(),
             header_read_timeout: Duration::from_secs(10),
             max_header_bytes: 64 * 1024,
+            downstream_idle_timeout: Duration::from_secs(300),
             connect_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle_per_endpoint: 1024,

@@ -35,6 +35,7 @@ pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
 pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
 pub const DETECTIONS: &str = "weir_protocol_detections_total";
 pub const ENDPOINT_DOWN: &str = "weir_endpoint_connect_failures_total";
+pub const PARKED: &str = "weir_http1_parked_connections";
 
 /// Latency buckets in seconds: 0.5 ms to 30 s.
 const BUCKETS: &[f64] = &[
@@ -85,6 +86,10 @@ fn describe() {
         "Bytes sent to the downstream client of opaque TCP connections."
     );
     describe_counter!(DETECTIONS, "Protocol detection outcomes, by protocol.");
+    metrics::describe_gauge!(
+        PARKED,
+        "Idle HTTP/1 keep-alive connections parked (hyper's buffers freed, socket kept)."
+    );
     describe_counter!(
         ENDPOINT_DOWN,
         "Upstream connect failures that marked an endpoint down."

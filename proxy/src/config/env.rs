@@ -84,6 +84,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "largest request head, else 431 (default 65536)",
     ),
     (
+        "WEIR_PROXY_DOWNSTREAM_IDLE_TIMEOUT",
+        "idle client keep-alive connections close after this (default 300s)",
+    ),
+    (
         "WEIR_PROXY_CONNECT_TIMEOUT",
         "upstream connect timeout (default 1s)",
     ),
@@ -200,6 +204,10 @@ impl Config {
             header_read_timeout: r
                 .duration("WEIR_PROXY_HEADER_READ_TIMEOUT", d.header_read_timeout),
             max_header_bytes: r.number("WEIR_PROXY_MAX_HEADER_BYTES", d.max_header_bytes),
+            downstream_idle_timeout: r.duration(
+                "WEIR_PROXY_DOWNSTREAM_IDLE_TIMEOUT",
+                d.downstream_idle_timeout,
+            ),
             connect_timeout: r.duration("WEIR_PROXY_CONNECT_TIMEOUT", d.connect_timeout),
             pool_idle_timeout: r.duration("WEIR_PROXY_POOL_IDLE_TIMEOUT", d.pool_idle_timeout),
             pool_max_idle_per_endpoint: d.pool_max_idle_per_endpoint,

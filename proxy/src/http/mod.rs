@@ -2,5 +2,6 @@
 
 pub mod body;
 pub mod headers;
+pub mod park;
 pub mod pool;
 pub mod server;

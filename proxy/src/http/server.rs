@@ -1,14 +1,17 @@
 //! Serves one detected downstream connection as HTTP/1 or HTTP/2 with every limit set explicitly,
 //! and drains it gracefully on shutdown (GOAWAY for HTTP/2, close-when-idle for HTTP/1).
 
-use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
+use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use http::{Request, Response};
 use hyper::{body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::ProxyBody;
+use super::{
+    body::ProxyBody,
+    park::{Activity, ReadReady, TrackedBody, Watched},
+};
 use crate::{
     config::{Config, H2Limits},
     drain::Drain,
@@ -21,6 +24,10 @@ pub struct ServerConfig {
     pub header_read_timeout: Duration,
     /// Largest HTTP/1 head; beyond it hyper answers 431.
     pub max_header_bytes: usize,
+    /// HTTP/1 keep-alive connections idle this long are closed.
+    pub idle_timeout: Duration,
+    /// HTTP/1 keep-alive connections quiet this long are parked (their buffers freed).
+    pub park_after: Duration,
     /// HTTP/2 limits.
     pub h2: H2Limits,
 }
@@ -30,23 +37,31 @@ impl From<&Config> for ServerConfig {
         Self {
             header_read_timeout: c.header_read_timeout,
             max_header_bytes: c.max_header_bytes,
+            idle_timeout: c.downstream_idle_timeout,
+            park_after: Duration::from_secs(1),
             h2: c.h2,
         }
     }
 }
 
-/// Serves HTTP/1.1 (with upgrades) until the client leaves or shutdown drains it.
+/// Serves HTTP/1.1 (with upgrades) until the client leaves, stays idle past `idle_timeout`, or
+/// shutdown drains it. Idle keep-alive connections are parked (see `park.rs`).
 pub async fn serve_http1<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send + 'static,
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    let act = Arc::new(Activity::default());
     let handler = Arc::new(handler);
-    let svc = service_fn(move |req| {
-        let h = handler.clone();
-        async move { Ok::<_, Infallible>(h(req).await) }
-    });
+    let svc = {
+        let act = act.clone();
+        service_fn(move |req| {
+            let guard = act.begin();
+            let h = handler.clone();
+            async move { Ok::<_, Infallible>(h(req).await.map(|b| TrackedBody::new(b, guard))) }
+        })
+    };
     let mut b = conn::http1::Builder::new();
     b.timer(TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
@@ -55,17 +70,75 @@ where
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024))
         .keep_alive(true)
         .half_close(false);
-    let mut c = std::pin::pin!(b.serve_connection(TokioIo::new(io), svc).with_upgrades());
-    let result = tokio::select! {
-        r = c.as_mut() => r,
-        () = drain.signaled() => {
-            // Finishes the request in flight, then closes; idle keep-alives close at once.
-            c.as_mut().graceful_shutdown();
-            c.await
+    let mut io = Watched::new(io, act.clone());
+    loop {
+        let mut c = Box::pin(
+            b.serve_connection(TokioIo::new(io), svc.clone())
+                .with_upgrades(),
+        );
+        let mut tick = tokio::time::interval(cfg.park_after);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut ops = act.ops();
+        loop {
+            tokio::select! {
+                r = c.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "http/1 connection ended with an error");
+                    }
+                    return;
+                }
+                () = drain.signaled() => {
+                    // Finishes the request in flight, then closes; idle keep-alives close at once.
+                    c.as_mut().graceful_shutdown();
+                    let _ = c.await;
+                    return;
+                }
+                _ = tick.tick() => {
+                    let now = act.ops();
+                    if now == ops && act.is_idle() {
+                        break;
+                    }
+                    ops = now;
+                }
+            }
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "http/1 connection ended with an error");
+        let Some(parts) = Pin::into_inner(c).into_parts() else {
+            return;
+        };
+        io = parts.io.into_inner();
+        io.set_leftover(parts.read_buf);
+        let _parked = Parked::new();
+        tokio::select! {
+            r = io.readable() => if r.is_err() { return },
+            () = drain.signaled() => return,
+            () = tokio::time::sleep(cfg.idle_timeout) => return,
+        }
+    }
+}
+
+/// Connections parked since start (tests wait on it).
+static PARKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times a connection was parked in this process.
+pub fn parks_total() -> u64 {
+    PARKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Counts parked connections while alive.
+struct Parked;
+
+impl Parked {
+    fn new() -> Self {
+        PARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::gauge!(crate::metrics::PARKED).increment(1.0);
+        Parked
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        metrics::gauge!(crate::metrics::PARKED).decrement(1.0);
     }
 }
 
@@ -104,5 +177,136 @@ where
     };
     if let Err(e) = result {
         tracing::debug!(error = %e, "h2 connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::{TcpListener, TcpStream},
+    };
+
+    use super::*;
+    use crate::{drain, transport::prefixed::Prefixed};
+
+    async fn server(park_after: Duration, idle_timeout: Duration) -> std::net::SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let cfg = ServerConfig {
+            header_read_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+            idle_timeout,
+            park_after,
+            h2: H2Limits::default(),
+        };
+        tokio::spawn(async move {
+            let (_tx, drain) = drain::channel();
+            loop {
+                let (s, _) = l.accept().await.expect("accept");
+                let (cfg, drain) = (cfg.clone(), drain.clone());
+                tokio::spawn(async move {
+                    let io = Prefixed::new(bytes::BytesMut::new(), s);
+                    serve_http1(io, &cfg, drain, |req: Request<Incoming>| async move {
+                        Response::new(ProxyBody::full(req.uri().path().to_string()))
+                    })
+                    .await
+                });
+            }
+        });
+        addr
+    }
+
+    async fn read_responses(s: &mut TcpStream, n: usize) -> String {
+        let mut out = String::new();
+        let mut buf = [0u8; 4096];
+        while out.matches("HTTP/1.1 200").count() < n || !out.ends_with(|c: char| c != '\n') {
+            let k = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                .await
+                .expect("response in time")
+                .expect("read");
+            assert!(k > 0, "connection closed early: {out:?}");
+            out.push_str(&String::from_utf8_lossy(&buf[..k]));
+            if out.matches("HTTP/1.1 200").count() == n && out.ends_with(&format!("/r{n}")) {
+                break;
+            }
+        }
+        out
+    }
+
+    async fn wait_for_a_park(before: u64) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while parks_total() == before {
+            assert!(tokio::time::Instant::now() < deadline, "never parked");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_parked_keep_alive_connection_serves_the_next_request() {
+        let addr = server(Duration::from_millis(20), Duration::from_secs(30)).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        for i in 1..=3 {
+            s.write_all(format!("GET /r{i} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+                .await
+                .expect("write");
+            let mut out = String::new();
+            let mut buf = [0u8; 1024];
+            while !out.ends_with(&format!("/r{i}")) {
+                let k = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+                    .await
+                    .expect("response in time")
+                    .expect("read");
+                assert!(k > 0, "connection closed: {out:?}");
+                out.push_str(&String::from_utf8_lossy(&buf[..k]));
+            }
+            assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+            // The connection goes quiet, is parked, and is rebuilt on the next write.
+            wait_for_a_park(parks_total()).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_survive_parking() {
+        let addr = server(Duration::from_millis(10), Duration::from_secs(30)).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let mut burst = String::new();
+        for i in 1..=3 {
+            burst.push_str(&format!("GET /r{i} HTTP/1.1\r\nHost: a\r\n\r\n"));
+        }
+        s.write_all(burst.as_bytes()).await.expect("write");
+        let out = read_responses(&mut s, 3).await;
+        let order: Vec<_> = ["/r1", "/r2", "/r3"].iter().map(|p| out.find(p)).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
+    }
+
+    #[tokio::test]
+    async fn a_half_sent_head_is_not_lost_when_parked() {
+        let addr = server(Duration::from_millis(10), Duration::from_secs(30)).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /r1 HTTP/1.1\r\nHo").await.expect("write");
+        // Many park periods pass; a half-read head must keep the connection unparked.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(b"st: a\r\n\r\n").await.expect("write");
+        let out = read_responses(&mut s, 1).await;
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_closes_after_the_idle_timeout() {
+        let addr = server(Duration::from_millis(10), Duration::from_millis(200)).await;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /r1 HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .expect("write");
+        let _ = read_responses(&mut s, 1).await;
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("closed by the idle timeout, not left open")
+            .expect("read");
+        assert_eq!(n, 0);
     }
 }

@@ -24,6 +24,16 @@ impl<T> Prefixed<T> {
         Self { prefix, io }
     }
 
+    /// Whether replayed bytes remain.
+    pub fn has_prefix(&self) -> bool {
+        !self.prefix.is_empty()
+    }
+
+    /// The underlying stream.
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+
     /// The underlying stream and any prefix not yet read.
     pub fn into_parts(self) -> (BytesMut, T) {
         (self.prefix, self.io)
