@@ -3,12 +3,12 @@
 
 use std::{convert::Infallible, future::Future, sync::Arc, time::Duration};
 
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use hyper::{body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::body::ProxyBody;
+use super::{body::ProxyBody, head_guard::HeadGuard};
 use crate::{
     config::{Config, H2Limits},
     drain::Drain,
@@ -35,17 +35,25 @@ impl From<&Config> for ServerConfig {
     }
 }
 
-/// Serves HTTP/1.1 (with upgrades) until the client leaves or shutdown drains it.
+/// Serves HTTP/1.1 (with upgrades) until the client leaves or shutdown drains it; every request
+/// head passes `HeadGuard` first, so ambiguous framing is answered 400 and never forwarded.
 pub async fn serve_http1<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    let (io, tap) = HeadGuard::new(io, cfg.max_header_bytes);
     let handler = Arc::new(handler);
-    let svc = service_fn(move |req| {
-        let h = handler.clone();
-        async move { Ok::<_, Infallible>(h(req).await) }
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let (h, tap) = (handler.clone(), tap.clone());
+        let connect = req.method() == Method::CONNECT;
+        async move {
+            let resp = h(req).await;
+            // The guard holds back everything after a CONNECT/Upgrade until it learns this.
+            tap.record(connect, resp.status());
+            Ok::<_, Infallible>(resp)
+        }
     });
     let mut b = conn::http1::Builder::new();
     b.timer(TokioTimer::new())
