@@ -86,6 +86,10 @@ fn describe() {
         "Bytes sent to the downstream client of opaque TCP connections."
     );
     describe_counter!(DETECTIONS, "Protocol detection outcomes, by protocol.");
+    describe_counter!(
+        crate::http::head_guard::REJECTED_HEADS,
+        "HTTP/1 request heads refused before hyper saw them (ambiguous framing, bad bytes), by reason."
+    );
     metrics::describe_gauge!(
         PARKED,
         "Idle HTTP/1 keep-alive connections parked (hyper's buffers freed, socket kept)."

@@ -111,6 +111,14 @@ impl ReadReady for TcpStream {
     }
 }
 
+/// In-memory pipes cannot report readiness without reading; tests that use them never park.
+#[cfg(test)]
+impl ReadReady for tokio::io::DuplexStream {
+    fn poll_read_ready(&self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<T: ReadReady> ReadReady for Prefixed<T> {
     fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.has_prefix() {
@@ -139,6 +147,11 @@ impl<T> Watched<T> {
             leftover: Bytes::new(),
             act,
         }
+    }
+
+    /// The wrapped stream.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.io
     }
 
     /// Bytes to read before the socket's (from a parked connection's read buffer).

@@ -3,13 +3,14 @@
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use hyper::{body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
     body::ProxyBody,
+    head_guard::HeadGuard,
     park::{Activity, ReadReady, TrackedBody, Watched},
 };
 use crate::{
@@ -45,21 +46,29 @@ impl From<&Config> for ServerConfig {
 }
 
 /// Serves HTTP/1.1 (with upgrades) until the client leaves, stays idle past `idle_timeout`, or
-/// shutdown drains it. Idle keep-alive connections are parked (see `park.rs`).
+/// shutdown drains it. Every request head passes `HeadGuard` first, so ambiguous framing is
+/// answered 400 and never forwarded; idle keep-alive connections are parked (see `park.rs`).
 pub async fn serve_http1<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send + 'static,
     F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
+    let (io, tap) = HeadGuard::new(io, cfg.max_header_bytes);
     let act = Arc::new(Activity::default());
     let handler = Arc::new(handler);
     let svc = {
         let act = act.clone();
-        service_fn(move |req| {
+        service_fn(move |req: Request<Incoming>| {
             let guard = act.begin();
-            let h = handler.clone();
-            async move { Ok::<_, Infallible>(h(req).await.map(|b| TrackedBody::new(b, guard))) }
+            let (h, tap) = (handler.clone(), tap.clone());
+            let connect = req.method() == Method::CONNECT;
+            async move {
+                let resp = h(req).await;
+                // The guard holds back everything after a CONNECT/Upgrade until it learns this.
+                tap.record(connect, resp.status());
+                Ok::<_, Infallible>(resp.map(|b| TrackedBody::new(b, guard)))
+            }
         })
     };
     let mut b = conn::http1::Builder::new();
@@ -108,6 +117,7 @@ where
         };
         io = parts.io.into_inner();
         io.set_leftover(parts.read_buf);
+        io.get_mut().release_buffer();
         let _parked = Parked::new();
         tokio::select! {
             r = io.readable() => if r.is_err() { return },
