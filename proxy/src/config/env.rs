@@ -262,6 +262,18 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_documents_every_variable() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+            .expect("README.md at the workspace root");
+        for (name, _) in VARIABLES {
+            assert!(
+                readme.contains(&format!("`{name}`")),
+                "README does not document {name}"
+            );
+        }
+    }
+
+    #[test]
     fn a_source_of_config_is_required() {
         let env: HashMap<&str, &str> = HashMap::new();
         assert!(Config::from_env(&env).is_err());
