@@ -70,11 +70,12 @@ async fn app_dialling_a_virtual_ip_reaches_that_services_endpoints_without_loopi
     );
     let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
 
-    // Neither virtual IP exists anywhere: only the redirect + registry can answer.
-    let auth_urls: Vec<String> = (0..10)
-        .map(|i| format!("http://10.96.0.10/a/{i}"))
+    // Neither virtual IP exists anywhere: only the redirect + registry can answer. The balancer
+    // prefers the faster endpoint and assumes 30 ms for one it has not tried: answers slower
+    // than that make it try both at once (faster ones would starve the other for ~30 s).
+    let auth_urls: Vec<String> = (0..6)
+        .map(|i| format!("http://10.96.0.10/delay/40/a/{i}"))
         .collect();
-    // Balancing is latency-aware, so keep asking until both endpoints have answered.
     let sent = Cell::new(0u64);
     let seen = RefCell::new(BTreeSet::new());
     poll_until(DEADLINE, "both auth endpoints to answer", || async {

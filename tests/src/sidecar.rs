@@ -209,7 +209,8 @@ pub fn listen_in(ns: &NetNs, addr: SocketAddr) -> TcpListener {
 }
 
 /// An HTTP/1 server that says who it is and what it saw: every response is `200`, header
-/// `x-backend: <name>`, body one JSON line `{backend, host, path, peer, local}`.
+/// `x-backend: <name>`, body one JSON line `{backend, host, path, peer, local}`; a path
+/// starting `/delay/<ms>/` is answered after that many milliseconds.
 pub struct WhoAmI {
     /// Where it listens.
     pub addr: SocketAddr,
@@ -277,7 +278,11 @@ async fn who_am_i_loop(listener: TcpListener, name: String, requests: Arc<Atomic
                             .header("x-backend", name.as_str())
                             .header(http::header::CONTENT_TYPE, "application/json")
                             .body(Full::new(Bytes::from(format!("{body}\n"))));
-                        async move { resp }
+                        let delay = delay_of(req.uri().path());
+                        async move {
+                            tokio::time::sleep(delay).await;
+                            resp
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(io), svc)
@@ -287,6 +292,13 @@ async fn who_am_i_loop(listener: TcpListener, name: String, requests: Arc<Atomic
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+}
+
+/// `/delay/<ms>/...` → that long; anything else → zero.
+fn delay_of(path: &str) -> Duration {
+    path.strip_prefix("/delay/")
+        .and_then(|rest| rest.split('/').next()?.parse().ok())
+        .map_or(Duration::ZERO, Duration::from_millis)
 }
 
 /// Parses the JSON lines of one or more [`WhoAmI`] bodies (as `curl URL URL ...` prints them).
