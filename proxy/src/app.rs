@@ -63,13 +63,19 @@ impl Shared {
     pub fn is_ready(&self) -> bool {
         !self.draining.load(Ordering::Relaxed)
     }
+}
 
-    fn is_own_listener(&self, dst: SocketAddr) -> bool {
-        self.own.iter().any(|l| {
-            l.port() == dst.port()
-                && (l.ip() == dst.ip() || l.ip().is_unspecified() || dst.ip().is_loopback())
-        })
-    }
+/// Whether forwarding to `dst` would land on one of the proxy's own listeners `own`, feeding the
+/// proxy to itself. `local` is the address the connection was accepted on, i.e. an address of
+/// this host: a listener on `0.0.0.0` owns `dst` only when `dst` is local, not when it is another
+/// host with the same port (a peer sidecar's admin port, scraped from a meshed pod).
+fn aims_at_own_listener(own: &[SocketAddr], dst: SocketAddr, local: SocketAddr) -> bool {
+    own.iter().any(|l| {
+        l.port() == dst.port()
+            && (l.ip() == dst.ip()
+                || dst.ip().is_loopback()
+                || (l.ip().is_unspecified() && dst.ip() == local.ip()))
+    })
 }
 
 /// What the request path knows about its connection.
@@ -321,7 +327,10 @@ async fn accept_loop(
             orig_dst: od,
             direction,
         };
-        if od.is_some_and(|d| shared.is_own_listener(d.0)) {
+        let Ok(local) = stream.local_addr() else {
+            continue;
+        };
+        if od.is_some_and(|d| aims_at_own_listener(&shared.own, d.0, local)) {
             tracing::warn!(client = %peer, "connection aimed at the proxy itself; refused");
             continue;
         }
@@ -424,4 +433,35 @@ async fn handle(
     });
     metrics.response(resp.status().as_u16(), start.elapsed().as_secs_f64());
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> SocketAddr {
+        s.parse().expect("a socket address")
+    }
+
+    #[test]
+    fn own_listener_is_the_exact_address_a_loopback_one_or_a_local_one_on_the_same_port() {
+        let own = [a("127.0.0.1:4140"), a("0.0.0.0:4143"), a("0.0.0.0:4191")];
+        let redirected = a("127.0.0.1:4140");
+        assert!(aims_at_own_listener(&own, a("127.0.0.1:4140"), redirected));
+        assert!(aims_at_own_listener(&own, a("127.0.0.1:4191"), redirected));
+        // Dialled at the pod's own IP: accepted on that IP.
+        let pod = a("10.0.0.5:4143");
+        assert!(aims_at_own_listener(&own, pod, pod));
+        assert!(aims_at_own_listener(&own, a("10.0.0.5:4191"), pod));
+    }
+
+    #[test]
+    fn another_hosts_address_with_an_own_port_is_not_the_proxy() {
+        let own = [a("127.0.0.1:4140"), a("0.0.0.0:4143"), a("0.0.0.0:4191")];
+        let redirected = a("127.0.0.1:4140");
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4191"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4143"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4140"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.96.0.10:80"), redirected));
+    }
 }

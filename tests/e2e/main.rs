@@ -1,3 +1,5 @@
 //! The end-to-end test binary: one module per feature, all against real processes and sockets.
 
 mod infra;
+mod tcp;
+mod transparent;

@@ -10,6 +10,7 @@ pub mod nginx;
 pub mod ports;
 pub mod process;
 pub mod proxy;
+pub mod sidecar;
 pub mod skip;
 pub mod tmp;
 pub mod wait;

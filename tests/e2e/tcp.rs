@@ -1,0 +1,300 @@
+//! Opaque TCP through the transparent outbound path (real iptables REDIRECT, see
+//! `weir_tests::sidecar`): byte-exact relays with half-close, server-speaks-first protocols on
+//! unlisted and listed ports, TLS passed through untouched, and the TCP + detection metrics.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use weir_tests::backend::pattern_byte;
+use weir_tests::metrics;
+use weir_tests::process::ChildProc;
+use weir_tests::sidecar::Sidecar;
+use weir_tests::tmp::TempDir;
+use weir_tests::{poll_until, require, wait_for_port, NetNs, WeirProxy};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+/// The system interpreter: uid 1234 cannot read a per-user one under /root.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The app's side of each case, run as uid 1234 inside the namespace.
+/// `send HOST PORT N`: sends N pattern bytes, shuts its write side, prints all it reads to EOF.
+/// `banner HOST PORT`: sends nothing, prints `{"ms": .., "banner": ..}` once a line arrives
+/// (ms counted from the completed connect).
+const CLIENT: &str = r#"
+import json, socket, sys, time
+mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.create_connection((host, port), timeout=5)
+if mode == "send":
+    s.sendall(bytes(i % 251 for i in range(int(sys.argv[4]))))
+    s.shutdown(socket.SHUT_WR)
+    out = bytearray()
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    sys.stdout.buffer.write(out)
+else:
+    t0 = time.monotonic()
+    data = b""
+    while not data.endswith(b"\n"):
+        b = s.recv(4096)
+        if not b:
+            break
+        data += b
+    print(json.dumps({"ms": (time.monotonic() - t0) * 1000, "banner": data.decode()}))
+"#;
+
+async fn client(pod: &Sidecar, args: &[&str]) -> Vec<u8> {
+    let mut argv = vec![PYTHON, "-c", CLIENT];
+    argv.extend_from_slice(args);
+    let out = pod.run_as_app(&argv, DEADLINE).await;
+    assert!(
+        out.status.success(),
+        "client {args:?} failed ({}): {}\nproxy log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        pod.proxy.log()
+    );
+    out.stdout
+}
+
+/// Reads each connection to EOF, *then* answers `received N bytes\n` + the same bytes, so the
+/// answer exists only if the client's half-close got through. Sends what it received to `tx`.
+async fn echo_after_eof_server(listener: TcpListener, tx: mpsc::UnboundedSender<Vec<u8>>) {
+    while let Ok((mut io, _)) = listener.accept().await {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            if io.read_to_end(&mut got).await.is_err() {
+                return;
+            }
+            let mut reply = format!("received {} bytes\n", got.len()).into_bytes();
+            reply.extend_from_slice(&got);
+            let _ = io.write_all(&reply).await;
+            let _ = io.shutdown().await;
+            let _ = tx.send(got);
+        });
+    }
+}
+
+const BANNER: &str = "220 weir-test ESMTP ready\r\n";
+
+/// Speaks first: writes [`BANNER`] on accept, then waits for the client to close.
+async fn banner_server(listener: TcpListener) {
+    while let Ok((mut io, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let _ = io.write_all(BANNER.as_bytes()).await;
+            let mut sink = Vec::new();
+            let _ = io.read_to_end(&mut sink).await;
+        });
+    }
+}
+
+fn banner_reply(out: &[u8]) -> (f64, String) {
+    let json: serde_json::Value = serde_json::from_slice(out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(out)));
+    let ms = json["ms"].as_f64().expect("ms is a number");
+    (ms, json["banner"].as_str().unwrap_or_default().to_owned())
+}
+
+fn detections(text: &str, protocol: &str) -> Option<f64> {
+    metrics::sum(
+        text,
+        "weir_protocol_detections_total",
+        &[("direction", "outbound"), ("protocol", protocol)],
+    )
+}
+
+fn tcp(text: &str, name: &str, service: &str) -> Option<f64> {
+    metrics::sum(
+        text,
+        name,
+        &[("direction", "outbound"), ("service", service)],
+    )
+}
+
+#[tokio::test]
+async fn opaque_bytes_to_a_virtual_ip_are_relayed_exactly_through_a_half_close() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let ns = NetNs::create();
+    let listener = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind on the host end");
+    let echo = listener.local_addr().expect("bound");
+    let (tx, mut received) = mpsc::unbounded_channel();
+    let _server = tokio::spawn(echo_after_eof_server(listener, tx));
+    let registry = format!(
+        "services:\n- name: echo\n  addresses: [\"10.96.0.20:7000\"]\n\
+         \x20 endpoints: [{{address: \"{echo}\"}}]\n"
+    );
+    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+
+    // Larger than the socket buffers, so it streams; byte 0 is 0x00, which no protocol starts with.
+    let n: u64 = 256 * 1024 + 7;
+    let sent: Vec<u8> = (0..n).map(pattern_byte).collect();
+    let out = client(&pod, &["send", "10.96.0.20", "7000", &n.to_string()]).await;
+
+    let got = weir_tests::wait::within(DEADLINE, "the server's copy", received.recv())
+        .await
+        .expect("the server saw a connection");
+    assert!(
+        got == sent,
+        "server got {} bytes, not the pattern",
+        got.len()
+    );
+    let mut expected = format!("received {n} bytes\n").into_bytes();
+    expected.extend_from_slice(&sent);
+    assert_eq!(out.len(), expected.len());
+    assert!(out == expected, "the reply after EOF differs");
+
+    let text = poll_until(DEADLINE, "the relay to close", || async {
+        let text = pod.proxy.metrics_text().await;
+        (tcp(&text, "weir_tcp_connections_closed_total", "echo.default") == Some(1.0))
+            .then_some(text)
+    })
+    .await;
+    let series = |name| tcp(&text, name, "echo.default");
+    assert_eq!(series("weir_tcp_connections_opened_total"), Some(1.0));
+    assert_eq!(series("weir_tcp_received_bytes_total"), Some(n as f64));
+    assert_eq!(
+        series("weir_tcp_sent_bytes_total"),
+        Some(expected.len() as f64)
+    );
+    assert_eq!(detections(&text, "opaque"), Some(1.0), "{text}");
+}
+
+#[tokio::test]
+async fn server_speaks_first_on_an_unlisted_port_gets_its_banner_after_the_detect_timeout() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let ns = NetNs::create();
+    let listener = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind on the host end");
+    let smtp = listener.local_addr().expect("bound");
+    let _server = tokio::spawn(banner_server(listener));
+    let pod = Sidecar::start(ns, WeirProxy::builder()).await;
+
+    let port = smtp.port().to_string();
+    let out = client(&pod, &["banner", &smtp.ip().to_string(), &port]).await;
+    let (ms, banner) = banner_reply(&out);
+    assert_eq!(banner, BANNER);
+    // Detection waits 500 ms for a client byte that never comes, then relays as TCP.
+    assert!(ms < 1000.0, "banner after {ms:.0} ms");
+
+    let text = pod.proxy.metrics_text().await;
+    assert_eq!(detections(&text, "timeout"), Some(1.0), "{text}");
+    assert_eq!(
+        tcp(&text, "weir_tcp_connections_opened_total", "passthrough"),
+        Some(1.0)
+    );
+}
+
+/// Binds the host end on the first of the proxy's default opaque ports that is free there.
+async fn bind_listed_port(ns: &NetNs) -> TcpListener {
+    for port in [5432, 6379, 3306, 11211] {
+        if let Ok(l) = TcpListener::bind((ns.host_ip(), port)).await {
+            return l;
+        }
+    }
+    panic!(
+        "none of 5432, 6379, 3306, 11211 is free on {}",
+        ns.host_ip()
+    );
+}
+
+#[tokio::test]
+async fn server_speaks_first_on_a_listed_opaque_port_gets_its_banner_without_waiting() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let ns = NetNs::create();
+    let listener = bind_listed_port(&ns).await;
+    let db = listener.local_addr().expect("bound");
+    let _server = tokio::spawn(banner_server(listener));
+    let pod = Sidecar::start(ns, WeirProxy::builder()).await;
+
+    let port = db.port().to_string();
+    let out = client(&pod, &["banner", &db.ip().to_string(), &port]).await;
+    let (ms, banner) = banner_reply(&out);
+    assert_eq!(banner, BANNER);
+    // Well under the 500 ms detect timeout: the port skips detection altogether.
+    assert!(ms < 300.0, "banner after {ms:.0} ms on listed port {port}");
+
+    let text = pod.proxy.metrics_text().await;
+    assert_eq!(detections(&text, "opaque-port"), Some(1.0), "{text}");
+    assert_eq!(detections(&text, "timeout"), None, "{text}");
+}
+
+#[tokio::test]
+async fn tls_to_a_virtual_ip_is_passed_through_to_the_endpoint_as_tcp() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "curl", tool "openssl");
+    let ns = NetNs::create();
+    let dir = TempDir::new("tls");
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let made = std::process::Command::new(weir_tests::skip::tool("openssl"))
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=weir-tls-test", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("run openssl req");
+    assert!(made.status.success(), "{made:?}");
+    // A port that was free on the host end a moment ago (unique per namespace).
+    let probe = std::net::TcpListener::bind((ns.host_ip(), 0)).expect("bind a probe");
+    let addr: SocketAddr = probe.local_addr().expect("bound");
+    drop(probe);
+    let mut cmd = tokio::process::Command::new(weir_tests::skip::tool("openssl"));
+    cmd.args(["s_server", "-www", "-accept", &addr.to_string(), "-cert"])
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key);
+    let _s_server = ChildProc::spawn("openssl s_server", cmd, &dir.join("s_server.log"));
+    wait_for_port(addr, DEADLINE).await;
+    let registry = format!(
+        "services:\n- name: tls\n  addresses: [\"10.96.0.30:443\"]\n\
+         \x20 endpoints: [{{address: \"{addr}\"}}]\n"
+    );
+    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+
+    // The handshake completes only if every byte both ways arrived unchanged; -www then
+    // answers the GET inside the tunnel with its status page.
+    let out = pod
+        .run_as_app(
+            &["curl", "-sSk", "--max-time", "5", "https://10.96.0.30/"],
+            DEADLINE,
+        )
+        .await;
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && body.contains("s_server"),
+        "curl: {} {}\n{body}\nproxy log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        pod.proxy.log()
+    );
+    assert!(body.contains("TLSv1.3"), "{body}");
+
+    let text = poll_until(DEADLINE, "the relay to close", || async {
+        let text = pod.proxy.metrics_text().await;
+        (tcp(&text, "weir_tcp_connections_closed_total", "tls.default") == Some(1.0))
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(detections(&text, "tls"), Some(1.0), "{text}");
+    assert_eq!(
+        tcp(&text, "weir_tcp_connections_opened_total", "tls.default"),
+        Some(1.0)
+    );
+    let rx = tcp(&text, "weir_tcp_received_bytes_total", "tls.default").unwrap_or(0.0);
+    let tx = tcp(&text, "weir_tcp_sent_bytes_total", "tls.default").unwrap_or(0.0);
+    assert!(rx > 200.0 && tx > body.len() as f64, "rx {rx} tx {tx}");
+    assert_eq!(
+        metrics::sum(&text, "weir_requests_total", &[]).unwrap_or(0.0),
+        0.0,
+        "TLS is not parsed as HTTP: {text}"
+    );
+}
