@@ -1,4 +1,5 @@
 //! The end-to-end test binary: one module per feature, all against real processes and sockets.
 
 mod grpc;
+mod h2;
 mod infra;

@@ -14,6 +14,7 @@ pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod raw_http1;
+pub mod registry;
 pub mod skip;
 pub mod tmp;
 pub mod wait;

@@ -49,6 +49,21 @@ impl Default for Pattern {
     }
 }
 
+/// The `fnv1a64` `/_/stream` reports for `len` pattern bytes, like
+/// [`crate::backend::pattern_fnv1a64`] but without generating every byte; CPU-bound, so run it
+/// on a blocking thread while a transfer is under way.
+pub fn fnv1a64(len: u64) -> String {
+    let p = Pattern::new();
+    let mut sum = crate::backend::Fnv1a64::new();
+    let mut off = 0;
+    while off < len {
+        let n = (MAX_CHUNK as u64).min(len - off) as usize;
+        sum.update(&p.chunk(off, n));
+        off += n as u64;
+    }
+    sum.hex()
+}
+
 /// A lazily generated request body of `len` pattern bytes in `chunk`-sized frames (chunked
 /// transfer encoding over HTTP/1, DATA frames over HTTP/2).
 pub fn body(
@@ -78,5 +93,7 @@ mod tests {
         assert_eq!(p.chunk(1000, 3000), expect);
         assert!(p.matches(1000, &expect));
         assert!(!p.matches(1001, &expect));
+        let n = (3 << 20) + 7;
+        assert_eq!(fnv1a64(n), crate::backend::pattern_fnv1a64(n));
     }
 }
