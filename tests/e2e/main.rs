@@ -3,3 +3,4 @@
 mod grpc;
 mod h2;
 mod infra;
+mod websocket;
