@@ -3,13 +3,18 @@
 
 pub mod backend;
 pub mod grpc;
+pub mod grpc_wire;
+pub mod h2_client;
 pub mod http_client;
 pub mod metrics;
 pub mod netns;
 pub mod nginx;
+pub mod pattern;
 pub mod ports;
 pub mod process;
 pub mod proxy;
+pub mod raw_http1;
+pub mod registry;
 pub mod sidecar;
 pub mod skip;
 pub mod tmp;

@@ -1,0 +1,175 @@
+//! HTTP/1.1 protocol upgrades (WebSocket) through the gateway listener.
+//!
+//! The client speaks raw bytes on a socket: a real WebSocket handshake and real (masked) client
+//! frames. TestBackend is not a WebSocket server; it answers the handshake with 101 and echoes
+//! every byte of the upgraded stream, so a frame comes back exactly as it was sent. That is what
+//! the proxy must guarantee: after 101 it relays bytes both ways untouched until a side closes.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use weir_tests::raw_http1::{read_head, read_response};
+use weir_tests::registry::{gateway_prefixes, strip};
+use weir_tests::wait::within;
+use weir_tests::{TestBackend, WeirProxy};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+const HANDSHAKE: &str = "GET /ws/chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\n\
+    Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+    Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n";
+
+/// A masked client frame (RFC 6455 §5.2): FIN, `opcode`, the payload XORed with a mask key.
+fn client_frame(opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0x80 | opcode];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+async fn proxy_for(backend: &TestBackend) -> WeirProxy {
+    let eps = [backend.addr];
+    WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
+        .gateway(true)
+        .start()
+        .await
+}
+
+#[tokio::test]
+async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_until_close() {
+    let backend = TestBackend::start("ws-echo").await;
+    let proxy = proxy_for(&backend).await;
+    let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
+        .await
+        .expect("connect to the gateway");
+    let mut io = BufReader::new(io);
+    io.get_mut()
+        .write_all(HANDSHAKE.as_bytes())
+        .await
+        .expect("write the handshake");
+    let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
+        .await
+        .expect("response head");
+    assert_eq!(status, 101, "{headers:?}\n{}", proxy.log());
+    let header = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("upgrade"), Some("websocket"));
+    assert_eq!(
+        header("connection").map(str::to_ascii_lowercase).as_deref(),
+        Some("upgrade")
+    );
+    assert!(
+        io.buffer().is_empty(),
+        "nothing may follow the 101 before we speak"
+    );
+    let (mut rd, mut wr) = io.into_inner().into_split();
+
+    // Several messages, one at a time: each comes back whole before the next goes out.
+    for (i, text) in [
+        "hello",
+        "over the tunnel",
+        &"x".repeat(300),
+        &"y".repeat(70_000),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let frame = client_frame(0x1, text.as_bytes(), [i as u8, 1, 2, 3]);
+        wr.write_all(&frame).await.expect("write a frame");
+        let mut echoed = vec![0u8; frame.len()];
+        within(DEADLINE, "echoed frame", rd.read_exact(&mut echoed))
+            .await
+            .expect("read the echo");
+        assert!(echoed == frame, "message {i} came back altered");
+    }
+
+    // A 4 MiB message written while its echo is read: more than the socket buffers on the way
+    // hold, so this only completes if the proxy relays both directions at once.
+    let big: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
+    let frame = client_frame(0x2, &big, [9, 8, 7, 6]);
+    let write = async {
+        wr.write_all(&frame).await.expect("write the big frame");
+    };
+    let mut echoed = vec![0u8; frame.len()];
+    let read = async {
+        rd.read_exact(&mut echoed).await.expect("read the big echo");
+    };
+    within(DEADLINE, "4 MiB both ways", async {
+        tokio::join!(write, read)
+    })
+    .await;
+    assert!(echoed == frame, "the 4 MiB message came back altered");
+
+    // Close: the close frame is relayed, then our FIN travels to the backend, which closes,
+    // and that close travels back.
+    let close = client_frame(0x8, &1000u16.to_be_bytes(), [4, 3, 2, 1]);
+    wr.write_all(&close).await.expect("write close");
+    let mut echoed = vec![0u8; close.len()];
+    within(DEADLINE, "echoed close", rd.read_exact(&mut echoed))
+        .await
+        .expect("read the close echo");
+    assert_eq!(echoed, close);
+    wr.shutdown().await.expect("half-close");
+    let mut rest = Vec::new();
+    let n = within(DEADLINE, "the tunnel to close", rd.read_to_end(&mut rest))
+        .await
+        .expect("clean close");
+    assert_eq!(n, 0, "no bytes after close: {rest:?}");
+    assert_eq!(backend.requests(), 1);
+}
+
+#[tokio::test]
+async fn an_upgrade_answered_without_101_is_passed_through_as_a_normal_response() {
+    let backend = TestBackend::start("ws-refuse").await;
+    backend.force_status(Some(StatusCode::FORBIDDEN));
+    let proxy = proxy_for(&backend).await;
+    let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
+        .await
+        .expect("connect to the gateway");
+    let mut io = BufReader::new(io);
+    io.get_mut()
+        .write_all(HANDSHAKE.as_bytes())
+        .await
+        .expect("write the handshake");
+    let refused = read_response(&mut io, "GET", DEADLINE)
+        .await
+        .expect("a complete response");
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.header("x-backend"), Some("ws-refuse"));
+    let echo = refused.json();
+    assert_eq!(
+        echo["headers"]["upgrade"], "websocket",
+        "the upgrade was offered upstream"
+    );
+    assert_eq!(echo["uri"], "/chat");
+
+    // No switch happened, so the connection still speaks HTTP/1.1.
+    backend.force_status(None);
+    io.get_mut()
+        .write_all(b"GET /ws/after HTTP/1.1\r\nHost: ws.test\r\n\r\n")
+        .await
+        .expect("write a second request");
+    let after = read_response(&mut io, "GET", DEADLINE)
+        .await
+        .expect("a second response on the same connection");
+    assert_eq!(after.status, 200);
+    assert_eq!(after.json()["uri"], "/after");
+}
