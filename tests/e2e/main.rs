@@ -2,3 +2,4 @@
 
 mod gateway;
 mod infra;
+mod registry;
