@@ -3,4 +3,5 @@
 mod admin;
 mod gateway;
 mod infra;
+mod lifecycle;
 mod registry;
