@@ -41,22 +41,11 @@ pub async fn route(
     };
     let route_idx = sel.index;
     let route = sel.route;
-    let (backend_idx, backend) = match set.table.pick_backend(route_idx, rand::random::<u32>()) {
-        Some(b) => (
-            route
-                .backend_refs
-                .iter()
-                .position(|r| std::ptr::eq(r, b))
-                .unwrap_or(0),
-            b,
-        ),
-        None => {
-            return Routed {
-                metrics: set.metrics(route_idx, 0).cloned(),
-                result: Err(ProxyError::NoBackend),
-            };
-        }
-    };
+    // Filters run before a backend is needed: a redirect-only route has no backendRefs at all.
+    let picked = set.table.pick_backend(route_idx, rand::random::<u32>());
+    let backend_idx = picked
+        .and_then(|b| route.backend_refs.iter().position(|r| std::ptr::eq(r, b)))
+        .unwrap_or(0);
     let metrics = set.metrics(route_idx, backend_idx).cloned();
     if let Some(m) = &metrics {
         m.request();
@@ -71,6 +60,12 @@ pub async fn route(
             }
             RequestOutcome::Continue { delay, .. } => delay,
         };
+    let Some(backend) = picked else {
+        return Routed {
+            metrics,
+            result: Err(ProxyError::NoBackend),
+        };
+    };
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }

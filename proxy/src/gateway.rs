@@ -22,14 +22,15 @@ pub async fn request(
     let snap = shared.snapshot();
     let (mut parts, body) = req.into_parts();
     if let Err(e) = headers::validate_request(&parts) {
+        snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));
     }
     headers::add_forwarded(&mut parts.headers, conn.client.0.ip(), "http");
     let routed = dispatch::route(shared, &snap, &snap.gateway, parts, body, "default").await;
-    (
-        routed
-            .metrics
-            .unwrap_or_else(|| snap.gateway_unmatched.clone()),
-        routed.result,
-    )
+    // A routed request was counted on its route; an unrouted one still arrived.
+    let metrics = routed.metrics.unwrap_or_else(|| {
+        snap.gateway_unmatched.request();
+        snap.gateway_unmatched.clone()
+    });
+    (metrics, routed.result)
 }

@@ -1,9 +1,13 @@
 //! The end-to-end test binary: one module per feature, all against real processes and sockets.
 
+mod admin;
 mod bodies;
+mod gateway;
 mod grpc;
 mod h2;
 mod infra;
+mod lifecycle;
+mod registry;
 mod tcp;
 mod transparent;
 mod websocket;
