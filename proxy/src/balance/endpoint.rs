@@ -153,8 +153,18 @@ impl EndpointState {
     /// weight `w` counts as `w` replicas sharing its requests. Equal latency and load thus tie,
     /// whatever the weights, and under load requests settle in proportion to weight.
     pub(super) fn cost(&self, now: u64) -> f64 {
+        self.cost_at(self.ewma.get(now))
+    }
+
+    /// The cost with a given latency estimate (nanoseconds).
+    pub(super) fn cost_at(&self, latency: f64) -> f64 {
         let w = f64::from(self.weight());
-        self.ewma.get(now) * (f64::from(self.pending()) + w) / w
+        latency * (f64::from(self.pending()) + w) / w
+    }
+
+    /// The measured latency estimate, or `None` while only the prior stands.
+    pub(super) fn measured_latency(&self, now: u64) -> Option<f64> {
+        self.ewma.is_sampled().then(|| self.ewma.get(now))
     }
 
     /// Base doubling per failure, capped, then "equal jitter": uniform in `[b/2, b]`, so that

@@ -54,6 +54,11 @@ impl PeakEwma {
         self.update(|est| est + d);
     }
 
+    /// Whether a real response time has been observed (the estimate is more than the prior).
+    pub(super) fn is_sampled(&self) -> bool {
+        self.sampled.load(Ordering::Acquire)
+    }
+
     /// The estimate at `now`, in nanoseconds.
     pub(super) fn get(&self, now: u64) -> f64 {
         // Two loads, not one snapshot: a racing sample can pair a new estimate with an old

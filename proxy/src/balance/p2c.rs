@@ -126,7 +126,7 @@ impl EndpointSet {
             Some(b) => (&ready[a], &ready[b]),
             None => return Some(&ready[a]),
         };
-        Some(if b.cost(now) < a.cost(now) { b } else { a })
+        Some(if cheaper(b, a, now) { b } else { a })
     }
 
     /// A weighted draw among ready endpoints that are up, other than `exclude`.
@@ -166,6 +166,18 @@ impl EndpointSet {
             }
         }
         None
+    }
+}
+
+/// Whether `x` costs less than `y`. An endpoint that has never answered is assumed as fast as a
+/// peer that has, so a new endpoint is tried at once (weight and queue length decide) instead of
+/// waiting, behind its 30 ms prior, for the fast peer's estimate to decay.
+fn cheaper(x: &EndpointState, y: &EndpointState, now: u64) -> bool {
+    match (x.measured_latency(now), y.measured_latency(now)) {
+        (Some(lx), Some(ly)) => x.cost_at(lx) < y.cost_at(ly),
+        (None, Some(ly)) => x.cost_at(ly) < y.cost_at(ly),
+        (Some(lx), None) => x.cost_at(lx) < y.cost_at(lx),
+        (None, None) => x.cost(now) < y.cost(now),
     }
 }
 
@@ -255,6 +267,15 @@ mod tests {
         let counts = spread(&set);
         assert!(share(&counts, 3) < 0.01, "{counts:?}");
         assert_share(&counts, 1, 0.5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_endpoint_gets_its_share_beside_a_fast_one_at_once() {
+        let set = set(&[endpoint(1, 1, true), endpoint(2, 2, true)]);
+        // Only endpoint 1 has answered, fast; endpoint 2 (weight 2) is new.
+        state(&set, 1).start().finish(Duration::from_millis(1));
+        let counts = spread(&set);
+        assert_share(&counts, 2, 2.0 / 3.0);
     }
 
     #[tokio::test(start_paused = true)]
