@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod grpc;
+pub mod h2raw;
 pub mod http_client;
 pub mod metrics;
 pub mod netns;
