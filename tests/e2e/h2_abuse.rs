@@ -392,9 +392,11 @@ async fn rapid_reset_gets_goaway_forwards_little_and_good_clients_keep_being_ser
     let rss_before = gw.proxy.rss_kib();
 
     let addr = gw.addr;
+    // At least CONNECTIONS attacks, one after another, for at least 1.5 s of good traffic.
+    let stop = Instant::now() + Duration::from_millis(1500);
     let attack = tokio::spawn(async move {
         let mut outcomes = Vec::new();
-        for _ in 0..CONNECTIONS {
+        while outcomes.len() < CONNECTIONS as usize || Instant::now() < stop {
             outcomes.push(rapid_reset(addr, STREAMS).await);
         }
         outcomes
@@ -412,7 +414,11 @@ async fn rapid_reset_gets_goaway_forwards_little_and_good_clients_keep_being_ser
         served += 1;
     }
     let outcomes = attack.await.expect("attacker task");
-    assert!(served >= 1, "no good request completed during the attack");
+    assert!(
+        served >= 5,
+        "only {served} good requests completed during the attack"
+    );
+    let connections = outcomes.len() as u64;
     for (i, (code, closed)) in outcomes.iter().enumerate() {
         assert_eq!(
             *code,
@@ -427,16 +433,16 @@ async fn rapid_reset_gets_goaway_forwards_little_and_good_clients_keep_being_ser
     }
 
     let forwarded = gw.backend.requests() - served;
+    let attempted = connections * u64::from(STREAMS);
     eprintln!(
-        "rapid reset: {} streams opened and reset, {forwarded} forwarded, {served} good requests",
-        CONNECTIONS * STREAMS
+        "rapid reset: {connections} connections, {attempted} streams sent and reset, \
+         {forwarded} forwarded, {served} good requests"
     );
     // Each attacking connection is cut off once its resets exceed the pending-reset limit, so
     // only a small fraction of the streams it opened can ever reach the backend.
     assert!(
-        forwarded <= u64::from(CONNECTIONS * (MAX_PENDING_RESETS + MAX_STREAMS) * 2),
-        "{forwarded} of {} reset streams reached the backend",
-        CONNECTIONS * STREAMS
+        forwarded <= connections * u64::from((MAX_PENDING_RESETS + MAX_STREAMS) * 2),
+        "{forwarded} of {attempted} reset streams reached the backend"
     );
     let rss_after = gw.proxy.rss_kib();
     assert!(
@@ -444,5 +450,53 @@ async fn rapid_reset_gets_goaway_forwards_little_and_good_clients_keep_being_ser
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
     assert_eq!(good.send(good_request("/after")).await.status, 200);
+    gw.assert_alive().await;
+}
+
+#[tokio::test]
+async fn thousands_of_malformed_streams_get_goaway_at_the_local_reset_limit() {
+    // "MadeYouReset" (CVE-2025-8671): make the server reset streams itself. Each stream is a
+    // request carrying a connection-specific header, a stream error the server answers with
+    // RST_STREAM. (DATA after END_STREAM or a zero WINDOW_UPDATE, the other usual triggers, are
+    // already connection errors in h2: GOAWAY PROTOCOL_ERROR on the first one.)
+    const STREAMS: u32 = 2000;
+    let mut gw = gateway().await;
+    let (conn, _) = RawH2::handshake(gw.addr).await;
+    let (mut rd, mut wr) = conn.into_split();
+    let writer = tokio::spawn(async move {
+        let mut bytes = Vec::new();
+        for i in 0..STREAMS {
+            let id = 1 + 2 * i;
+            let block =
+                h2raw::get_block("echo.test", "/made-you-reset", &[("connection", b"close")]);
+            bytes.extend(h2raw::frame(
+                h2raw::HEADERS,
+                h2raw::END_HEADERS | h2raw::END_STREAM,
+                id,
+                &block,
+            ));
+        }
+        let _ = wr.write_all(&bytes).await;
+        wr
+    });
+    let (got, closed) = rd.read_all(DEADLINE).await;
+    drop(within(DEADLINE, "attacker writer", writer).await);
+    let resets = got.iter().filter(|f| f.kind == h2raw::RST_STREAM).count();
+    let goaway =
+        goaway_of(&got).unwrap_or_else(|| panic!("no GOAWAY after {resets} resets ({closed:?})"));
+    assert_eq!(
+        goaway.error_code(),
+        Some(h2raw::ENHANCE_YOUR_CALM),
+        "{goaway:?}"
+    );
+    assert_ne!(closed, Closed::Deadline);
+    // H2Limits::max_local_error_reset_streams (256) bounds the resets the proxy sends.
+    assert!(resets <= 256, "{resets} resets before GOAWAY");
+    let forwarded = gw.backend.requests();
+    eprintln!(
+        "made-you-reset: {STREAMS} streams, {resets} resets, {forwarded} forwarded, GOAWAY {:?}",
+        String::from_utf8_lossy(&goaway.payload[8..])
+    );
+    assert_eq!(forwarded, 0, "a malformed stream reached the backend");
     gw.assert_alive().await;
 }
