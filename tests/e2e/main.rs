@@ -1,10 +1,12 @@
 //! The end-to-end test binary: one module per feature, all against real processes and sockets.
 
 mod admin;
+mod bad_input;
 mod bodies;
 mod gateway;
 mod grpc;
 mod h2;
+mod h2_abuse;
 mod infra;
 mod lifecycle;
 mod registry;

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod grpc;
 pub mod grpc_wire;
 pub mod h2_client;
+pub mod h2raw;
 pub mod http_client;
 pub mod metrics;
 pub mod netns;

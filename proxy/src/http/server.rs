@@ -55,6 +55,7 @@ where
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let (io, tap) = HeadGuard::new(io, cfg.max_header_bytes);
+    let io = io.with_head_timeout(cfg.header_read_timeout);
     let act = Arc::new(Activity::default());
     let handler = Arc::new(handler);
     let svc = {

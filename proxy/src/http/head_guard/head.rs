@@ -19,6 +19,8 @@ pub enum Reject {
     TooManyHeaders,
     /// No end of head within `max_header_bytes`.
     HeadTooLarge,
+    /// The head did not complete within the header-read timeout (slowloris).
+    HeadTimeout,
     /// Both Content-Length and Transfer-Encoding.
     ContentLengthWithTransferEncoding,
     /// More than one Content-Length field, even with equal values.
@@ -49,6 +51,7 @@ impl Reject {
             Reject::Malformed => "malformed",
             Reject::TooManyHeaders => "too-many-headers",
             Reject::HeadTooLarge => "head-too-large",
+            Reject::HeadTimeout => "head-timeout",
             Reject::ContentLengthWithTransferEncoding => "content-length-with-transfer-encoding",
             Reject::DuplicateContentLength => "duplicate-content-length",
             Reject::BadContentLength => "bad-content-length",

@@ -100,6 +100,10 @@ pin_project_lite::pin_project! {
         tap: Arc<SwitchTap>,
         refused: bool,
         linger: Option<Linger>,
+        // Armed when a head is still incomplete after a read: hyper never sees a partial head,
+        // so its own header-read timeout cannot fire; this one does.
+        head_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        head_timeout: std::time::Duration,
     }
 }
 
@@ -124,12 +128,24 @@ impl<T> HeadGuard<T> {
             tap: tap.clone(),
             refused: false,
             linger: None,
+            head_deadline: None,
+            head_timeout: DEFAULT_HEAD_TIMEOUT,
         };
         (guard, tap)
     }
 }
 
+/// Until `with_head_timeout` says otherwise (hyper's own default).
+const DEFAULT_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl<T> HeadGuard<T> {
+    /// A head must be complete within `t` of its first byte, else the connection is closed
+    /// (slowloris).
+    pub fn with_head_timeout(mut self, t: std::time::Duration) -> Self {
+        self.head_timeout = t;
+        self
+    }
+
     /// Frees the read buffer if it holds nothing (a parked connection keeps no buffers).
     pub fn release_buffer(&mut self) {
         if self.buf.is_empty() {
@@ -237,8 +253,25 @@ impl<T: AsyncRead> AsyncRead for HeadGuard<T> {
                         Ok(Some(end)) => head::validate(&this.buf[..end]).map(|v| (end, v)),
                         Ok(None) if this.buf.len() >= *this.max_head => Err(Reject::HeadTooLarge),
                         Ok(None) => {
-                            if ready!(fill(this.buf, this.io.as_mut(), cx))? == 0 {
-                                *this.state = State::Done;
+                            match fill(this.buf, this.io.as_mut(), cx) {
+                                Poll::Ready(Ok(0)) => *this.state = State::Done,
+                                Poll::Ready(Ok(_)) => {}
+                                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                                Poll::Pending if this.buf.is_empty() => return Poll::Pending,
+                                Poll::Pending => {
+                                    let timeout = *this.head_timeout;
+                                    let deadline = this.head_deadline.get_or_insert_with(|| {
+                                        Box::pin(tokio::time::sleep(timeout))
+                                    });
+                                    if deadline.as_mut().poll(cx).is_ready() {
+                                        record(Reject::HeadTimeout);
+                                        return Poll::Ready(Err(io::Error::new(
+                                            io::ErrorKind::TimedOut,
+                                            "request head not complete in time",
+                                        )));
+                                    }
+                                    return Poll::Pending;
+                                }
                             }
                             continue;
                         }
@@ -246,6 +279,7 @@ impl<T: AsyncRead> AsyncRead for HeadGuard<T> {
                     };
                     match verdict {
                         Ok((end, v)) => {
+                            *this.head_deadline = None;
                             *this.ready = end;
                             *this.heads += 1;
                             *this.scan = HeadScan::default();
