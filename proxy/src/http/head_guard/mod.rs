@@ -346,13 +346,10 @@ fn fill<T: AsyncRead>(
     io: Pin<&mut T>,
     cx: &mut Context<'_>,
 ) -> Poll<io::Result<usize>> {
-    let len = buf.len();
-    buf.resize(len + READ_CHUNK, 0);
-    let mut rb = ReadBuf::new(&mut buf[len..]);
-    let res = io.poll_read(cx, &mut rb);
-    let n = rb.filled().len();
-    buf.truncate(len + n);
-    res.map_ok(|()| n)
+    // Reads into spare capacity without zeroing it first (a memset of READ_CHUNK per read
+    // showed in profiles).
+    buf.reserve(READ_CHUNK);
+    tokio_util::io::poll_read_buf(io, cx, buf)
 }
 
 impl<T: AsyncRead + AsyncWrite> AsyncWrite for HeadGuard<T> {
