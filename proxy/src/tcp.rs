@@ -1,7 +1,15 @@
-//! Opaque TCP: splice the client to the upstream, byte for byte, honouring half-close.
+//! Opaque TCP: splice the client to the upstream, byte for byte, honouring half-close, and count
+//! bytes as they move (a long-lived connection shows in metrics before it ends).
 
+use std::{
+    io,
+    pin::Pin,
+    task::{Context, Poll},
+};
+
+use metrics::Counter;
 use tokio::{
-    io::{AsyncRead, AsyncWrite, AsyncWriteExt},
+    io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf},
     net::TcpStream,
 };
 
@@ -10,30 +18,68 @@ use crate::{addr::EndpointAddr, metrics::TcpMetrics};
 /// Relays until both directions are closed; each side's EOF is passed on as a write shutdown,
 /// so a client that half-closes still gets the rest of the server's answer.
 pub async fn relay(
-    mut downstream: impl AsyncRead + AsyncWrite + Unpin,
+    downstream: impl AsyncRead + AsyncWrite + Unpin,
     mut upstream: TcpStream,
     metrics: &TcpMetrics,
-) -> std::io::Result<()> {
+) -> io::Result<()> {
     metrics.opened.increment(1);
+    let mut downstream = Counted {
+        io: downstream,
+        rx: metrics.rx.clone(),
+        tx: metrics.tx.clone(),
+    };
     let result = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
     metrics.closed.increment(1);
-    match result {
-        Ok((rx, tx)) => {
-            metrics.rx.increment(rx);
-            metrics.tx.increment(tx);
-            Ok(())
-        }
-        Err(e) => {
-            let _ = downstream.shutdown().await;
-            Err(e)
-        }
+    if result.is_err() {
+        let _ = downstream.shutdown().await;
     }
+    result.map(|_| ())
 }
 
 /// Connects to `addr` for a relay.
-pub async fn connect(
-    addr: EndpointAddr,
-    timeout: std::time::Duration,
-) -> std::io::Result<TcpStream> {
+pub async fn connect(addr: EndpointAddr, timeout: std::time::Duration) -> io::Result<TcpStream> {
     crate::transport::listen::connect(addr.0, timeout).await
+}
+
+/// The downstream side, counting bytes received from and sent to the client.
+struct Counted<T> {
+    io: T,
+    rx: Counter,
+    tx: Counter,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.io).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.rx.increment(n as u64);
+        }
+        res
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let res = Pin::new(&mut self.io).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = res {
+            self.tx.increment(n as u64);
+        }
+        res
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
