@@ -226,6 +226,9 @@ impl App {
         } = self;
         tokio::spawn(apply_registry_updates(shared.clone(), registry_rx));
         tokio::spawn(upkeep(shared.clone(), metrics.clone()));
+        tokio::spawn(crate::memory::trim_after_parks(
+            std::time::Duration::from_millis(250),
+        ));
         let (drain_tx, drain) = crate::drain::channel();
         let mut stop = shutdown_tx.subscribe();
         let admin_task = tokio::spawn(crate::admin::serve(
@@ -335,7 +338,9 @@ async fn accept_loop(
             continue;
         }
         let span = tracing::debug_span!("conn", dir = direction.as_str(), client = %peer);
-        tokio::spawn(serve_conn(shared.clone(), conn, stream, drain.clone()).instrument(span));
+        let task = serve_conn(shared.clone(), conn, stream, drain.clone()).instrument(span);
+        tracing::trace!(bytes = std::mem::size_of_val(&task), "connection task");
+        tokio::spawn(task);
     }
 }
 
@@ -377,14 +382,16 @@ async fn serve_conn(
                 async move { handle(&shared, &conn, req).await }
             };
             if detection == Detection::H2 {
-                server::serve_h2(io, &cfg, drain, handler).await
+                // Boxed: the task's size is its largest state, and an HTTP/2 connection is big;
+                // idle HTTP/1 keep-alives should not pay for it.
+                Box::pin(server::serve_h2(io, &cfg, drain, handler)).await
             } else {
                 server::serve_http1(io, &cfg, drain, handler).await
             }
         }
         Detection::Closed => {}
         Detection::Tls | Detection::Opaque | Detection::Timeout => {
-            relay_tcp(&shared, conn, io).await;
+            Box::pin(relay_tcp(&shared, conn, io)).await;
             drop(drain);
         }
     }

@@ -15,6 +15,7 @@ pub mod forward;
 pub mod gateway;
 pub mod http;
 pub mod inbound;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod outbound;

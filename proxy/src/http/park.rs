@@ -1,5 +1,5 @@
-//! Parks idle HTTP/1 keep-alive connections: after a quiet second with no request in flight and
-//! nothing left to write, hyper's connection (and its ~16 KiB of buffers) is taken apart, only the
+//! Parks idle HTTP/1 keep-alive connections: after a quiet quarter second with no request in
+//! flight and nothing left to write, hyper's connection (and its ~16 KiB of buffers) is taken apart, only the
 //! socket is kept, and a fresh connection is built when the client speaks again. Idle keep-alives
 //! then cost about as much as the socket, and hyper's header-read timeout only runs while a head
 //! is actually arriving.
@@ -33,6 +33,8 @@ pub struct Activity {
     /// Bytes of a next request arrived that hyper has not turned into a request yet.
     partial: AtomicBool,
     ops: AtomicU64,
+    /// Woken when the last request in flight ends.
+    became_idle: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -41,6 +43,26 @@ impl Activity {
         self.inflight.fetch_add(1, Relaxed);
         self.partial.store(false, Relaxed);
         InflightGuard(self.clone())
+    }
+
+    /// Resolves once the connection has been idle (see `is_idle`) with no reads or writes for
+    /// `d`. Costs nothing while requests are in flight: it sleeps only after the last one ends.
+    pub async fn quiet_for(&self, d: std::time::Duration) {
+        loop {
+            if !self.is_idle() {
+                // A blocked write that later drains sends no notification; look again after `d`.
+                tokio::select! {
+                    () = self.became_idle.notified() => {}
+                    () = tokio::time::sleep(d) => {}
+                }
+                continue;
+            }
+            let ops = self.ops();
+            tokio::time::sleep(d).await;
+            if self.ops() == ops && self.is_idle() {
+                return;
+            }
+        }
     }
 
     /// A counter that moves with every read and write.
@@ -60,7 +82,9 @@ pub struct InflightGuard(Arc<Activity>);
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Relaxed);
+        if self.0.inflight.fetch_sub(1, Relaxed) == 1 {
+            self.0.became_idle.notify_one();
+        }
     }
 }
 
@@ -154,9 +178,14 @@ impl<T> Watched<T> {
         &mut self.io
     }
 
-    /// Bytes to read before the socket's (from a parked connection's read buffer).
+    /// Bytes to read before the socket's (from a parked connection's read buffer). They are
+    /// copied out: the `Bytes` hyper hands back keeps its whole read buffer alive.
     pub fn set_leftover(&mut self, b: Bytes) {
-        self.leftover = b;
+        self.leftover = if b.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::copy_from_slice(&b)
+        };
     }
 }
 

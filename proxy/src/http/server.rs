@@ -39,7 +39,7 @@ impl From<&Config> for ServerConfig {
             header_read_timeout: c.header_read_timeout,
             max_header_bytes: c.max_header_bytes,
             idle_timeout: c.downstream_idle_timeout,
-            park_after: Duration::from_secs(1),
+            park_after: Duration::from_millis(250),
             h2: c.h2,
         }
     }
@@ -86,32 +86,20 @@ where
             b.serve_connection(TokioIo::new(io), svc.clone())
                 .with_upgrades(),
         );
-        let mut tick = tokio::time::interval(cfg.park_after);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        let mut ops = act.ops();
-        loop {
-            tokio::select! {
-                r = c.as_mut() => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "http/1 connection ended with an error");
-                    }
-                    return;
+        tokio::select! {
+            r = c.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "http/1 connection ended with an error");
                 }
-                () = drain.signaled() => {
-                    // Finishes the request in flight, then closes; idle keep-alives close at once.
-                    c.as_mut().graceful_shutdown();
-                    let _ = c.await;
-                    return;
-                }
-                _ = tick.tick() => {
-                    let now = act.ops();
-                    if now == ops && act.is_idle() {
-                        break;
-                    }
-                    ops = now;
-                }
+                return;
             }
+            () = drain.signaled() => {
+                // Finishes the request in flight, then closes; idle keep-alives close at once.
+                c.as_mut().graceful_shutdown();
+                let _ = c.await;
+                return;
+            }
+            () = act.quiet_for(cfg.park_after) => {}
         }
         let Some(parts) = Pin::into_inner(c).into_parts() else {
             return;
