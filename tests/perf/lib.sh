@@ -63,31 +63,35 @@ QUIET_MAX_CORES=${QUIET_MAX_CORES:-0.25}
 QUIET_WAIT_S=${QUIET_WAIT_S:-180}
 FOREIGN_MAX=${FOREIGN_MAX:-0.15}     # a row whose foreign CPU exceeds this is re-measured ...
 FOREIGN_RETRIES=${FOREIGN_RETRIES:-3} # ... up to this many times (last attempt is kept, flagged)
-# RETRY_DEADLINE (epoch seconds, optional) caps the time spent waiting and re-measuring: past it,
-# rows are measured once, right away, and flagged by their foreign_cores as usual
-past_deadline() { [[ -n ${RETRY_DEADLINE:-} ]] && (( $(date +%s) >= RETRY_DEADLINE )); }
+# RETRY_BUDGET_S (optional) caps the seconds spent waiting for quiet and re-measuring over the
+# whole script; once spent, rows are measured once, right away, and flagged by foreign_cores
+EXTRA_USED_S=0
+over_budget() { [[ -n ${RETRY_BUDGET_S:-} ]] && ((EXTRA_USED_S >= RETRY_BUDGET_S)); }
 measured() { # run one measurement function; redo it if other tenants disturbed it
-  local tries=0 f n
+  local tries=0 f n t0=-1
   while :; do
     n=$(wc -l < "$CSV")
     "$@"
+    ((t0 >= 0)) && EXTRA_USED_S=$((EXTRA_USED_S + SECONDS - t0))
     ((n == $(wc -l < "$CSV"))) && break   # no row: nothing to judge (and the last row is not ours)
     f=$(tail -1 "$CSV" | cut -d, -f25)
-    if [[ -n $f ]] && awk -v f="$f" -v m="$FOREIGN_MAX" 'BEGIN{exit !(f>m)}' && ((tries < FOREIGN_RETRIES)) && ! past_deadline; then
+    if [[ -n $f ]] && awk -v f="$f" -v m="$FOREIGN_MAX" 'BEGIN{exit !(f>m)}' && ((tries < FOREIGN_RETRIES)) && ! over_budget; then
       tries=$((tries+1)); log "  foreign load $f cores > $FOREIGN_MAX: discarding row, re-measuring ($tries/$FOREIGN_RETRIES)"
-      sed -i '$ d' "$CSV"; wait_quiet
+      sed -i '$ d' "$CSV"; wait_quiet; t0=$SECONDS
     else break; fi
   done
 }
 QUIET_WINDOW_S=${QUIET_WINDOW_S:-3}
 wait_quiet() {
   local t0=$SECONDS a b busy
+  over_budget && return 0
   while :; do
-    past_deadline && return 0
     a=$(sys_busy_ticks); sleep "$QUIET_WINDOW_S"; b=$(sys_busy_ticks)
     busy=$(awk -v d=$((b-a)) -v clk="$CLK" -v w="$QUIET_WINDOW_S" 'BEGIN{printf "%.2f", d/clk/w}')
-    awk -v x="$busy" -v m="$QUIET_MAX_CORES" 'BEGIN{exit !(x<m)}' && return 0
-    if ((SECONDS - t0 >= QUIET_WAIT_S)); then log "  machine not quiet ($busy cores busy by others) after ${QUIET_WAIT_S}s - measuring anyway"; return 0; fi
+    awk -v x="$busy" -v m="$QUIET_MAX_CORES" 'BEGIN{exit !(x<m)}' && break
+    if ((SECONDS - t0 >= QUIET_WAIT_S)) || over_budget; then log "  machine not quiet ($busy cores busy by others) after $((SECONDS - t0))s - measuring anyway"; break; fi
     ((SECONDS - t0 <= QUIET_WINDOW_S + 1)) && log "  waiting for machine to be quiet (others use $busy cores)"
+    EXTRA_USED_S=$((EXTRA_USED_S + QUIET_WINDOW_S))
   done
+  return 0
 }
