@@ -201,8 +201,9 @@ def bar(p, g):
                 return by_t[t]
         return None
 
-    def item(ok, text):
-        res.append(f"- {'✅' if ok else '❌'} {text}")
+    def item(ok, text, *rows):
+        shaky = " (!) measured while others loaded the machine: not conclusive" if any(r["flag"] for r in rows) else ""
+        res.append(f"- {'✅' if ok else '❌'} {text}{shaky}")
 
     for c in sorted({k[1] for k in p if k[0] == "h1"}, key=int):
         w, n, h = get(p, "h1", "weir", c), get(p, "h1", "nginx", c), get(p, "h1", "haproxy", c)
@@ -210,7 +211,7 @@ def bar(p, g):
             item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
                  f"S1 -c{c} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
                  f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
-            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×")
+            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×", w, n)
     for ph in ("s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"):
         w, n, h = get(g, ph, "weir"), get(g, ph, "nginx"), get(g, ph, "haproxy")
         if w and n and h:
@@ -220,7 +221,7 @@ def bar(p, g):
     w, n, d = get(p, "rate", "weir"), get(p, "rate", "nginx"), get(p, "rate", "direct")
     if w and n and d:
         item(w["p99_ms"] - d["p99_ms"] <= n["p99_ms"] - d["p99_ms"],
-             f"S5 added p99 ≤ nginx's: {w['p99_ms'] - d['p99_ms']:+.3f} vs {n['p99_ms'] - d['p99_ms']:+.3f} ms")
+             f"S5 added p99 ≤ nginx's: {w['p99_ms'] - d['p99_ms']:+.3f} vs {n['p99_ms'] - d['p99_ms']:+.3f} ms", w, n, d)
     w = get(p, "idle", "weir")
     if w:
         item(w["pss_before_mib"] <= 15 and w["kib_per_conn"] <= 8,
