@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# gateway.sh - the gateway scenarios of BENCHMARKS.md that peers.sh lacks, against
+# direct | nginx | haproxy | weir, with peers.sh's pinning and CPU accounting:
+#   s2    route /auth-service/** with a prefix rewrite to 2 load-balanced endpoints, no client
+#         keep-alive: ab -n AB_N at each concurrency of AB_CONNS (req/s, p50/p95/max, failures)
+#   s3    route with no filter (/bare), then with AddQueryParameter + a set request header
+#         (/filtered); GET, and POST with a JSON body: wrk -c S3_CONNS (req/s, errors, timeouts)
+#   grpc  unary gRPC over h2c: h2load, GRPC_CLIENTS connections x GRPC_STREAMS streams, a framed
+#         protobuf POST body with content-type application/grpc and te: trailers
+# Each proxy serves every phase from one config (gateway-conf.sh for nginx and HAProxy, weir.sh
+# for weir). Before a phase, check_* proves the target rewrites, balances and filters as
+# configured; a target that fails is not measured in that phase and the reason goes to notes.txt.
+# "direct" sends the same load to the backend without a proxy (the rewritten path; S3 bare only).
+#
+# Results: $OUT/results.csv (peers.sh's 25 columns, then p95_ms and timeouts), notes.txt, raw/.
+# Usage: WEIR_BIN=target/release/weir-proxy DURATION=10 AB_N=20000 ./gateway.sh
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
+# shellcheck source=gateway-conf.sh
+. "$HERE/gateway-conf.sh"
+
+DURATION=${DURATION:-10}          # seconds per measured wrk/h2load window
+WARMUP=${WARMUP:-3}               # seconds of discarded load before each window
+RUNS=${RUNS:-1}
+PIN_MODES=${PIN_MODES:-split}     # split | none, as in peers.sh
+TARGETS=${TARGETS:-"direct nginx haproxy weir"}
+PHASES=${PHASES:-"s2 s3 grpc"}
+AB_N=${AB_N:-20000}               # requests per ab run (BENCHMARKS.md: 100000)
+AB_CONNS=${AB_CONNS:-"10 50 100 200 500"}
+S3_CONNS=${S3_CONNS:-500}
+GRPC_CLIENTS=${GRPC_CLIENTS:-10}
+GRPC_STREAMS=${GRPC_STREAMS:-20}
+BASE_PORT=${BASE_PORT:-28500}
+CPU_A=${CPU_A:-0}                 # split mode: load generator + backend
+CPU_B=${CPU_B:-1}                 # split mode: proxy
+OUT=${OUT:-/tmp/gateway-$(date +%Y%m%d-%H%M%S)}
+WEIR_BIN=${WEIR_BIN:-}
+WEIR_READY_S=${WEIR_READY_S:-20}
+NO_INSTALL=${NO_INSTALL:-0}
+
+P_B1=$BASE_PORT; P_B2=$((BASE_PORT+1)); P_GBE=$((BASE_PORT+2))
+declare -A PORT=( [direct]=$P_B1 [nginx]=$((BASE_PORT+11)) [haproxy]=$((BASE_PORT+12)) [weir]=$((BASE_PORT+13)) )
+# weir takes h2c prior knowledge on its one gateway listener; nginx needs a separate http2 server
+declare -A H2PORT=( [direct]=$P_GBE [nginx]=$((BASE_PORT+21)) [haproxy]=$((BASE_PORT+22)) [weir]=$((BASE_PORT+13)) )
+[[ " $TARGETS " == *" weir "* && ! -x $WEIR_BIN ]] && die "WEIR_BIN='$WEIR_BIN' is not an executable weir-proxy"
+
+need_pkgs=()
+command -v ab      >/dev/null || need_pkgs+=(apache2-utils)
+command -v wrk     >/dev/null || need_pkgs+=(wrk)
+command -v h2load  >/dev/null || need_pkgs+=(nghttp2-client)
+command -v nginx   >/dev/null || need_pkgs+=(nginx)
+command -v haproxy >/dev/null || need_pkgs+=(haproxy)
+command -v curl    >/dev/null || need_pkgs+=(curl)
+command -v taskset >/dev/null || need_pkgs+=(util-linux)
+if ((${#need_pkgs[@]})); then
+  if [[ $NO_INSTALL == 1 || $(id -u) != 0 ]]; then die "missing packages: ${need_pkgs[*]}"; fi
+  log "installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1; } ||
+    die "apt-get install ${need_pkgs[*]} failed"
+fi
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
+HAP_MAXCONN=$(( (FDLIM - 200) / 2 )); ((HAP_MAXCONN > 40000)) && HAP_MAXCONN=40000
+NGX_CONNS=$(( FDLIM / 2 ))
+NCPU=$(nproc)
+CLK=$(getconf CLK_TCK)
+WORK=$(mktemp -d /tmp/gateway-work.XXXXXX)
+chmod 755 "$WORK"  # nginx workers run unprivileged and serve the gRPC reply from here
+mkdir -p "$OUT/raw" || die "cannot create $OUT"
+CSV=$OUT/results.csv
+NOTES=$OUT/notes.txt; : > "$NOTES"
+echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
+
+declare -a STARTED=()  # PIDs this script started (stop_pid/forget_pid in lib.sh)
+cleanup() { local p; for p in "${STARTED[@]}"; do stop_pid "$p"; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# shellcheck source=gateway-measure.sh
+. "$HERE/gateway-measure.sh"
+
+# start target; sets LAST_PID (root of its process tree). $1=target $2=workers $3=cpus
+start_target() {
+  local t=$1 w=$2 cpus=$3 d=$WORK/$1 pid
+  case $t in
+    nginx) taskset -c "$cpus" nginx -p "$d" -c "$d/nginx.conf" -g 'daemon off;' >"$d/logs/stdout" 2>&1 & pid=$! ;;
+    haproxy) taskset -c "$cpus" haproxy -db -f "$d/haproxy.cfg" >"$d/logs/stdout" 2>&1 & pid=$! ;;
+    weir) mkdir -p "$d/logs"
+      LISTEN=127.0.0.1:${PORT[weir]} WORKERS=$w BACKEND=127.0.0.1:$P_B1 GRPC_BACKEND=127.0.0.1:$P_GBE \
+        AUTH_BACKENDS="127.0.0.1:$P_B1 127.0.0.1:$P_B2" REGISTRY_FILE=$d/registry.yaml WEIR_BIN=$WEIR_BIN \
+        taskset -c "$cpus" "$HERE/weir.sh" gateway >"$d/logs/stdout" 2>&1 & pid=$! ;;
+    *) die "unknown target $t" ;;
+  esac
+  STARTED+=("$pid"); LAST_PID=$pid
+}
+
+wait_ok() { # url tries - until the body is "OK"
+  local i; for ((i=0; i<$2; i++)); do [[ $(curl -s -m 2 "$1" 2>/dev/null) == OK ]] && return 0; sleep 0.1; done; return 1
+}
+
+{
+  echo "date: $(date -Is)"; echo "cpus: $NCPU x $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
+  echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "ab: $(ab -V | head -1)"
+  echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version 2>&1 | head -1)"; echo "weir: $WEIR_BIN"
+  echo "params: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS PIN_MODES='$PIN_MODES' TARGETS='$TARGETS' PHASES='$PHASES' AB_N=$AB_N AB_CONNS='$AB_CONNS' S3_CONNS=$S3_CONNS GRPC=${GRPC_CLIENTS}x${GRPC_STREAMS}"
+  echo "other load at start (loadavg): $(cat /proc/loadavg)"
+} > "$OUT/env.txt"
+cat "$OUT/env.txt" >&2
+for t in $TARGETS; do port_busy "${PORT[$t]}" && [[ $t != direct ]] && die "port ${PORT[$t]} ($t) already in use"; done
+for p in $P_B1 $P_B2 $P_GBE; do port_busy "$p" && die "backend port $p already in use"; done
+
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
+for mode in $PIN_MODES; do
+  case $mode in
+    split) LG_CPUS=$CPU_A; BE_CPUS=$CPU_A; PX_CPUS=$CPU_B; PX_W=1; BE_W=1; WRK_THREADS=1 ;;
+    none)  LG_CPUS=0-$((NCPU-1)); BE_CPUS=$LG_CPUS; PX_CPUS=$LG_CPUS; PX_W=$NCPU; BE_W=$NCPU; WRK_THREADS=$NCPU ;;
+    *) die "unknown PIN mode $mode" ;;
+  esac
+  log "=== mode=$mode: loadgen+backend cpus=$LG_CPUS, proxy cpus=$PX_CPUS (workers $PX_W)"
+  write_backend_conf "$BE_W"
+  taskset -c "$BE_CPUS" nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" -g 'daemon off;' >"$WORK/backend/logs/stdout" 2>&1 &
+  BPID=$!; STARTED+=("$BPID")
+  wait_ok "http://127.0.0.1:$P_B1/" 100 || die "backend did not start: $(tail -5 "$WORK/backend/logs/"* 2>/dev/null)"
+  for ((run=1; run<=RUNS; run++)); do
+    order=$TARGETS
+    ((run % 2 == 0)) && order=$(echo "$TARGETS" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
+    for t in $order; do
+      ppid=""
+      if [[ $t != direct ]]; then
+        write_target_conf "$t" "$PX_W"
+        start_target "$t" "$PX_W" "$PX_CPUS"; ppid=$LAST_PID
+        tries=100; [[ $t == weir ]] && tries=$((WEIR_READY_S*10))
+        if ! wait_ok "http://127.0.0.1:${PORT[$t]}/bare/" "$tries"; then
+          log "!! $t did not come up on ${PORT[$t]}; log tail:"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
+          echo "$mode run $run $t: did not start" >> "$NOTES"; stop_pid "$ppid"; forget_pid "$ppid"; continue
+        fi
+      fi
+      wait_quiet
+      log "--- mode=$mode run=$run target=$t pid=${ppid:-none} (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+      if has_phase s2 && checked "$t" s2; then
+        for c in $AB_CONNS; do measured measure_ab "$mode" "$run" "$t" "$c" "$ppid"; done
+      fi
+      if has_phase s3 && checked "$t" s3; then
+        for v in bare filtered; do
+          [[ $t == direct && $v == filtered ]] && continue
+          measured measure_wrk "$mode" "$run" "s3-get-$v" "$t" "$ppid" "/$v/item" "$WORK/get.lua"
+          measured measure_wrk "$mode" "$run" "s3-post-$v" "$t" "$ppid" "/$v/item" "$WORK/post.lua"
+        done
+      fi
+      if has_phase grpc && checked "$t" grpc; then measured measure_grpc "$mode" "$run" "$t" "$ppid"; fi
+      if [[ -n $ppid ]]; then
+        for f in "$WORK/$t/"*.conf "$WORK/$t/"*.cfg "$WORK/$t/"*.yaml; do [[ -e $f ]] && cp "$f" "$OUT/raw/$t-${f##*/}"; done
+        stop_pid "$ppid"; forget_pid "$ppid"
+      fi
+    done
+  done
+  cp "$WORK/backend/nginx.conf" "$OUT/raw/backend-nginx.conf"
+  stop_pid "$BPID"; forget_pid "$BPID"
+done
+log "results: $CSV ; notes: $NOTES ; raw: $OUT/raw/"

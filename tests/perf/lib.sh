@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# lib.sh - helpers shared by peers.sh and gateway.sh (sourced, never run): logging, process
+# bookkeeping of PIDs this script started, CPU ticks and memory of a process tree, h2load log
+# percentiles, and the "wait until the shared machine is quiet / re-measure disturbed rows" loop.
+# The caller defines STARTED=() and CSV (whose 25th column is foreign_cores) before measuring.
+
+log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+
+stop_pid() { # TERM, wait up to 5 s, then KILL - only PIDs we started
+  local p=$1 i
+  kill -0 "$p" 2>/dev/null || return 0
+  kill -TERM "$p" 2>/dev/null
+  for ((i=0; i<50; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$p" 2>/dev/null && kill -KILL "$p" 2>/dev/null
+  wait "$p" 2>/dev/null
+  return 0
+}
+forget_pid() { local p=$1 q; local -a keep=(); for q in "${STARTED[@]}"; do [[ $q == "$p" ]] || keep+=("$q"); done; STARTED=("${keep[@]}"); }
+
+tree_pids() { # pid and all descendants
+  local p=$1 c
+  [[ -d /proc/$p ]] || return 0
+  echo "$p"
+  for c in $(pgrep -P "$p" 2>/dev/null); do tree_pids "$c"; done
+}
+cpu_ticks() { # utime+stime summed over a process tree (all threads)
+  local t=0 p v
+  for p in $(tree_pids "$1"); do
+    v=$(sed 's/^.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12+$13}') || v=0
+    t=$((t + ${v:-0}))
+  done
+  echo "$t"
+}
+self_child_ticks() { sed 's/^.*) //' /proc/$$/stat | awk '{print $14+$15}'; } # reaped children of this shell
+mem_kib() { # "<pss_kib> <rss_kib>" summed over a process tree
+  local pss=0 rss=0 p a b
+  for p in $(tree_pids "$1"); do
+    a=$(awk '/^Pss:/{s+=$2} END{print s+0}' "/proc/$p/smaps_rollup" 2>/dev/null || echo 0)
+    b=$(awk '/^VmRSS:/{print $2+0}' "/proc/$p/status" 2>/dev/null || echo 0)
+    pss=$((pss + ${a:-0})); rss=$((rss + ${b:-0}))
+  done
+  echo "$pss $rss"
+}
+sys_busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+now() { date +%s.%N; }
+port_busy() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
+
+# percentiles from an h2load --log-file (col3 = us); prints "n ok mean p50 p90 p99 p999 max" (ms)
+h2log_stats() {
+  awk -F'\t' '{n++; if ($2>=200 && $2<400) ok++; print $3}
+              END{print "N", n+0, ok+0 > "/dev/stderr"}' "$1" 2>"$1.n" | sort -n | awk -v nf="$1.n" '
+    {v[NR]=$1; s+=$1}
+    END{ getline line < nf; split(line, q, " "); n=NR; if(n==0){print "0 0 0 0 0 0 0 0"; exit}
+      i50=int(n*0.50); i90=int(n*0.90); i99=int(n*0.99); i999=int(n*0.999)
+      if(i50<1)i50=1; if(i90<1)i90=1; if(i99<1)i99=1; if(i999<1)i999=1
+      printf "%d %d %.3f %.3f %.3f %.3f %.3f %.3f\n", q[2], q[3], s/n/1000, v[i50]/1000, v[i90]/1000, v[i99]/1000, v[i999]/1000, v[n]/1000 }'
+}
+
+# wait (up to QUIET_WAIT_S) until other processes use < QUIET_MAX_CORES of CPU,
+# so that a shared machine does not silently skew one target more than another
+QUIET_MAX_CORES=${QUIET_MAX_CORES:-0.25}
+QUIET_WAIT_S=${QUIET_WAIT_S:-180}
+FOREIGN_MAX=${FOREIGN_MAX:-0.15}     # a row whose foreign CPU exceeds this is re-measured ...
+FOREIGN_RETRIES=${FOREIGN_RETRIES:-3} # ... up to this many times (last attempt is kept, flagged)
+# RETRY_BUDGET_S (optional) caps the seconds spent waiting for quiet and re-measuring over the
+# whole script; once spent, rows are measured once, right away, and flagged by foreign_cores
+EXTRA_USED_S=0
+over_budget() { [[ -n ${RETRY_BUDGET_S:-} ]] && ((EXTRA_USED_S >= RETRY_BUDGET_S)); }
+measured() { # run one measurement function; redo it if other tenants disturbed it
+  local tries=0 f n t0=-1
+  while :; do
+    n=$(wc -l < "$CSV")
+    "$@"
+    ((t0 >= 0)) && EXTRA_USED_S=$((EXTRA_USED_S + SECONDS - t0))
+    ((n == $(wc -l < "$CSV"))) && break   # no row: nothing to judge (and the last row is not ours)
+    f=$(tail -1 "$CSV" | cut -d, -f25)
+    if [[ -n $f ]] && awk -v f="$f" -v m="$FOREIGN_MAX" 'BEGIN{exit !(f>m)}' && ((tries < FOREIGN_RETRIES)) && ! over_budget; then
+      tries=$((tries+1)); log "  foreign load $f cores > $FOREIGN_MAX: discarding row, re-measuring ($tries/$FOREIGN_RETRIES)"
+      sed -i '$ d' "$CSV"; wait_quiet; t0=$SECONDS
+    else break; fi
+  done
+}
+QUIET_WINDOW_S=${QUIET_WINDOW_S:-3}
+wait_quiet() {
+  local t0=$SECONDS a b busy
+  over_budget && return 0
+  while :; do
+    a=$(sys_busy_ticks); sleep "$QUIET_WINDOW_S"; b=$(sys_busy_ticks)
+    busy=$(awk -v d=$((b-a)) -v clk="$CLK" -v w="$QUIET_WINDOW_S" 'BEGIN{printf "%.2f", d/clk/w}')
+    awk -v x="$busy" -v m="$QUIET_MAX_CORES" 'BEGIN{exit !(x<m)}' && break
+    if ((SECONDS - t0 >= QUIET_WAIT_S)) || over_budget; then log "  machine not quiet ($busy cores busy by others) after $((SECONDS - t0))s - measuring anyway"; break; fi
+    ((SECONDS - t0 <= QUIET_WINDOW_S + 1)) && log "  waiting for machine to be quiet (others use $busy cores)"
+    EXTRA_USED_S=$((EXTRA_USED_S + QUIET_WINDOW_S))
+  done
+  return 0
+}

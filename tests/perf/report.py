@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""report.py - turn the results.csv of peers.sh and gateway.sh into one markdown report: the
+main table (req/s, ratios to direct and to nginx/HAProxy, CPU us/request, RSS), then S2 latency,
+S3 filter cost, S5 added latency, S8 idle memory and the BENCHMARKS.md bar.
+
+usage: report.py --peers peers/results.csv --gateway gateway/results.csv [--notes notes.txt]
+"""
+import argparse
+import csv
+from collections import defaultdict
+
+PROXIES = ["nginx", "haproxy", "weir"]
+TARGETS = ["direct"] + PROXIES
+LABEL = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "weir": "weir"}
+NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
+       "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores"]
+
+
+def load(path, foreign_max):
+    """{(mode, phase, conns, rate): {target: averaged row}} over runs; 'candidate' becomes 'weir'."""
+    acc = defaultdict(lambda: defaultdict(list))
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            t = "weir" if r["target"] == "candidate" else r["target"]
+            acc[(r["mode"], r["phase"], r["conns"], r["rate"])][t].append(r)
+    out = {}
+    for key, by_t in acc.items():
+        out[key] = {}
+        for t, rows in by_t.items():
+            avg = {}
+            for k in NUM:
+                vals = [float(r[k]) for r in rows if r.get(k) not in (None, "")]
+                avg[k] = sum(vals) / len(vals) if vals else None
+            avg["max_ms"] = max((float(r["max_ms"]) for r in rows if r.get("max_ms")), default=None)
+            avg["flag"] = " (!)" if any(float(r["foreign_cores"] or 0) > foreign_max for r in rows) else ""
+            avg["runs"] = len(rows)
+            out[key][t] = avg
+    return out
+
+
+def fmt(x, spec="{:,.0f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def ratio(a, b):
+    return "-" if not a or not b else f"{a['rps'] / b['rps']:.2f}" if b["rps"] else "-"
+
+
+def main_table(rows):
+    """rows: [(scenario, load, {target: row}, direct row)]"""
+    lines = ["| scenario | load | direct req/s | nginx req/s (÷direct) | HAProxy req/s (÷direct) "
+             "| weir req/s (÷direct) | weir ÷ nginx | weir ÷ HAProxy "
+             "| CPU µs/req nginx · HAProxy · weir | RSS MiB nginx · HAProxy · weir "
+             "| errors+timeouts nginx · HAProxy · weir |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for sc, load_, by_t, d in rows:
+        cells = [sc, load_, fmt(d and d["rps"]) + (d["flag"] if d else "")]
+        for t in PROXIES:
+            r = by_t.get(t)
+            cells.append("-" if not r else f"{r['rps']:,.0f} ({ratio(r, d)}){r['flag']}")
+        w = by_t.get("weir")
+        cells += [ratio(w, by_t.get("nginx")), ratio(w, by_t.get("haproxy"))]
+        cells.append(" · ".join(fmt(by_t.get(t, {}).get("proxy_us_req"), "{:.1f}") for t in PROXIES))
+        cells.append(" · ".join(fmt(by_t.get(t, {}).get("proxy_rss_mib"), "{:.1f}") for t in PROXIES))
+        cells.append(" · ".join(
+            "-" if t not in by_t else fmt((by_t[t]["errors"] or 0) + (by_t[t]["timeouts"] or 0))
+            for t in PROXIES))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peers")
+    ap.add_argument("--gateway")
+    ap.add_argument("--notes", action="append", default=[])
+    ap.add_argument("--foreign-max", type=float, default=0.15)
+    a = ap.parse_args()
+    P = load(a.peers, a.foreign_max) if a.peers else {}
+    G = load(a.gateway, a.foreign_max) if a.gateway else {}
+    modes = sorted({k[0] for k in list(P) + list(G)})
+    out = []
+    for mode in modes:
+        p = {k[1:]: v for k, v in P.items() if k[0] == mode}
+        g = {k[1:]: v for k, v in G.items() if k[0] == mode}
+        if len(modes) > 1:
+            out += ["", f"### pinning: {mode}"]
+        rows = []
+        for (ph, c, rate), by_t in sorted(p.items(), key=lambda kv: int(kv[0][1] or 0)):
+            if ph == "h1":
+                rows.append(("S1", f"HTTP/1.1 keep-alive, wrk -c{c}", by_t, by_t.get("direct")))
+        for (ph, c, rate), by_t in sorted(g.items(), key=lambda kv: int(kv[0][1] or 0)):
+            if ph == "s2":
+                rows.append(("S2", f"/auth-service rewrite → 2 endpoints, no keep-alive, ab -c{c}",
+                             by_t, by_t.get("direct")))
+        for meth in ("get", "post"):
+            for var in ("bare", "filtered"):
+                for (ph, c, rate), by_t in g.items():
+                    if ph == f"s3-{meth}-{var}":
+                        d = g.get((f"s3-{meth}-bare", c, rate), {}).get("direct")
+                        what = "route only" if var == "bare" else "+ AddQueryParameter + set header"
+                        body = " (JSON body)" if meth == "post" else ""
+                        rows.append(("S3", f"{meth.upper()}{body} {what}, wrk -c{c}", by_t, d))
+        for (ph, c, rate), by_t in p.items():
+            if ph == "h2":
+                rows.append(("S6", f"h2c, h2load {c} conns (HTTP/1.1 upstream)", by_t, by_t.get("direct")))
+        for (ph, c, rate), by_t in g.items():
+            if ph == "grpc":
+                rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
+        out += main_table(rows)
+        out += s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p) + bar(p, g)
+    notes = []
+    for n in a.notes:
+        try:
+            notes += [ln.strip() for ln in open(n) if ln.strip()]
+        except OSError:
+            pass
+    if notes:
+        out += ["", "Notes from the checks run before measuring:", ""] + [f"- {n}" for n in notes]
+    print("\n".join(out))
+
+
+def s2_table(g):
+    rows = sorted(((int(c), by_t) for (ph, c, _), by_t in g.items() if ph == "s2"), key=lambda x: x[0])
+    if not rows:
+        return []
+    out = ["", "S2 latency (ab, whole ms): p50 / p95 / max, failures", "",
+           "| ab -c | " + " | ".join(LABEL[t] for t in TARGETS) + " |", "|---" * (len(TARGETS) + 1) + "|"]
+    for c, by_t in rows:
+        cells = [str(c)]
+        for t in TARGETS:
+            r = by_t.get(t)
+            cells.append("-" if not r else
+                         f"{r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['max_ms']:.0f}, {r['errors']:.0f}{r['flag']}")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def s3_table(g):
+    out = []
+    for meth in ("get", "post"):
+        for (ph, c, rate), bare in g.items():
+            if ph != f"s3-{meth}-bare":
+                continue
+            filt = g.get((f"s3-{meth}-filtered", c, rate), {})
+            if not out:
+                out = ["", "S3 filter cost: filtered ÷ bare route, same proxy and run", "",
+                       "| request | proxy | req/s bare → filtered | ratio | CPU µs/req bare → filtered "
+                       "| p99 ms bare → filtered | errors · timeouts (filtered) |", "|---|---|---|---|---|---|---|"]
+            for t in PROXIES:
+                b, f = bare.get(t), filt.get(t)
+                if not b or not f:
+                    continue
+                out.append(f"| {meth.upper()} -c{c} | {LABEL[t]} | {b['rps']:,.0f} → {f['rps']:,.0f} | {ratio(f, b)} "
+                           f"| {b['proxy_us_req']:.1f} → {f['proxy_us_req']:.1f} | {b['p99_ms']:.1f} → {f['p99_ms']:.1f} "
+                           f"| {f['errors']:.0f} · {f['timeouts'] or 0:.0f} |")
+    return out
+
+
+def s5_table(p):
+    out = []
+    for (ph, c, rate), by_t in p.items():
+        if ph != "rate":
+            continue
+        d = by_t.get("direct")
+        out += ["", f"S5 fixed rate {rate} req/s over {c} connections: latency in ms and added over direct", "",
+                "| target | p50 | p99 | p99.9 | +p50 | +p99 | +p99.9 | CPU µs/req |", "|---|---|---|---|---|---|---|---|"]
+        for t in TARGETS:
+            r = by_t.get(t)
+            if not r:
+                continue
+            add = (lambda k: "-" if t == "direct" or not d else f"{r[k] - d[k]:+.3f}")
+            out.append(f"| {LABEL[t]}{r['flag']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p999_ms']:.3f} "
+                       f"| {add('p50_ms')} | {add('p99_ms')} | {add('p999_ms')} | {fmt(r['proxy_us_req'], '{:.1f}')} |")
+    return out
+
+
+def s8_table(p):
+    out = []
+    for (ph, c, rate), by_t in p.items():
+        if ph != "idle":
+            continue
+        out += ["", f"S8 idle memory: fresh process, then {c} idle keep-alive connections (one request each)", "",
+                "| proxy | conns ok | PSS before MiB | PSS with conns MiB | RSS with conns MiB | KiB/conn |",
+                "|---|---|---|---|---|---|"]
+        for t in PROXIES:
+            r = by_t.get(t)
+            if r:
+                out.append(f"| {LABEL[t]} | {r['requests']:.0f} | {r['pss_before_mib']:.1f} | {r['proxy_pss_mib']:.1f} "
+                           f"| {r['proxy_rss_mib']:.1f} | {r['kib_per_conn']:.1f} |")
+    return out
+
+
+def bar(p, g):
+    """The BENCHMARKS.md bar, item by item, from this run's numbers."""
+    res = []
+
+    def get(src, ph, t, c=None):
+        for (ph2, c2, _), by_t in src.items():
+            if ph2 == ph and (c is None or c2 == c) and t in by_t:
+                return by_t[t]
+        return None
+
+    def item(ok, text, *rows):
+        shaky = " (!) measured while others loaded the machine: not conclusive" if any(r["flag"] for r in rows) else ""
+        res.append(f"- {'✅' if ok else '❌'} {text}{shaky}")
+
+    for c in sorted({k[1] for k in p if k[0] == "h1"}, key=int):
+        w, n, h = get(p, "h1", "weir", c), get(p, "h1", "nginx", c), get(p, "h1", "haproxy", c)
+        if w and n and h:
+            item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
+                 f"S1 -c{c} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
+                 f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
+            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×", w, n)
+    for ph in ("s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"):
+        w, n, h = get(g, ph, "weir"), get(g, ph, "nginx"), get(g, ph, "haproxy")
+        if w and n and h:
+            item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
+                 f"S3 {ph[3:]} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
+                 f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
+    w, n, d = get(p, "rate", "weir"), get(p, "rate", "nginx"), get(p, "rate", "direct")
+    if w and n and d:
+        item(w["p99_ms"] - d["p99_ms"] <= n["p99_ms"] - d["p99_ms"],
+             f"S5 added p99 ≤ nginx's: {w['p99_ms'] - d['p99_ms']:+.3f} vs {n['p99_ms'] - d['p99_ms']:+.3f} ms", w, n, d)
+    w = get(p, "idle", "weir")
+    if w:
+        item(w["pss_before_mib"] <= 15 and w["kib_per_conn"] <= 8,
+             f"S8 idle ≤ 15 MiB and ≤ 8 KiB/connection: {w['pss_before_mib']:.1f} MiB PSS, {w['kib_per_conn']:.1f} KiB/conn")
+    return ["", "The bar (BENCHMARKS.md), this run:", ""] + res if res else []
+
+
+if __name__ == "__main__":
+    main()
