@@ -1,9 +1,8 @@
 //! gRPC through the gateway listener, against an independent implementation (Python grpcio):
 //! every call shape, trailers, error statuses, multiplexing, and the proxy's own gRPC errors.
 //!
-//! Not covered here: gRPC through the inbound listener. Inbound needs an original destination
-//! (iptables REDIRECT); without it the proxy sees its own listener and refuses the connection,
-//! so that path belongs with the network-namespace tests.
+//! gRPC through the transparent outbound and inbound listeners needs an original destination
+//! (iptables REDIRECT in a network namespace): see `grpc_mesh.rs`.
 
 use std::time::Duration;
 

@@ -5,6 +5,7 @@ mod bad_input;
 mod bodies;
 mod gateway;
 mod grpc;
+mod grpc_mesh;
 mod h2;
 mod h2_abuse;
 mod infra;

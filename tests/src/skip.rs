@@ -69,6 +69,36 @@ pub fn require_python_grpc() -> bool {
     ))
 }
 
+/// True when the app's Python ([`crate::grpc::APP_PYTHON`]), run as the app's uid
+/// ([`crate::sidecar::APP_UID`]), can import `grpc` and `grpc_tools` and read `tests/grpc/`:
+/// a per-user install (pyenv, `pip --user` under /root) does not count. Otherwise skips.
+pub fn require_app_python_grpc() -> bool {
+    let python = crate::grpc::APP_PYTHON;
+    let uid = crate::sidecar::APP_UID.to_string();
+    let client = crate::grpc::grpc_dir().join("client.py");
+    let check = format!(
+        "import grpc, grpc_tools; open({:?}).close()",
+        client.to_string_lossy()
+    );
+    let ok = tool_path("setpriv").is_some_and(|setpriv| {
+        Command::new(setpriv)
+            .args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--"])
+            .args([python, "-c", &check])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if ok {
+        return true;
+    }
+    skip(&format!(
+        "`{python}` as uid {uid} cannot import grpc + grpc_tools or read {} \
+         (tests/run pip-installs grpcio grpcio-tools for it)",
+        client.display()
+    ))
+}
+
 /// Where `name` lives: `PATH` first, then the sbin directories, which a non-root `PATH` often
 /// lacks although nginx and ip live there. Spawn tools through this so both agree.
 pub fn tool_path(name: &str) -> Option<PathBuf> {
@@ -89,7 +119,8 @@ pub fn tool(name: &str) -> PathBuf {
 }
 
 /// Return from the test unless every requirement holds:
-/// `require!(tool "nginx", tool "promtool", root, python_grpc);`
+/// `require!(tool "nginx", tool "promtool", root, python_grpc);` (`app_python_grpc`: the same
+/// for Python run as the app inside a network namespace)
 ///
 /// Each missing requirement prints `SKIP <test>: <why>` (or panics under
 /// `WEIR_TEST_REQUIRE_ALL=1`); the first missing one ends the test.
@@ -101,4 +132,5 @@ macro_rules! require {
     (@one tool $name:literal) => { $crate::skip::require_tool($name) };
     (@one root) => { $crate::skip::require_root() };
     (@one python_grpc) => { $crate::skip::require_python_grpc() };
+    (@one app_python_grpc) => { $crate::skip::require_app_python_grpc() };
 }
