@@ -314,7 +314,7 @@ async fn accept_loop(
             },
             () = stop.signaled() => return,
         };
-        listen::tune(&stream);
+        listen::tune_accepted(&stream);
         let od = match &orig_dst {
             Some(o) => match o.orig_dst(&stream) {
                 Ok(d) => Some(d),
@@ -330,10 +330,12 @@ async fn accept_loop(
             orig_dst: od,
             direction,
         };
-        let Ok(local) = stream.local_addr() else {
-            continue;
-        };
-        if od.is_some_and(|d| aims_at_own_listener(&shared.own, d.0, local)) {
+        // Only transparent connections can loop; the gateway skips the getsockname.
+        if od.is_some_and(|d| {
+            stream
+                .local_addr()
+                .map_or(true, |local| aims_at_own_listener(&shared.own, d.0, local))
+        }) {
             tracing::warn!(client = %peer, "connection aimed at the proxy itself; refused");
             continue;
         }

@@ -154,9 +154,10 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
                     .unwrap_or_else(|| uri::PathAndQuery::from_static("/"));
                 parts.uri = Uri::from(pq);
             }
-            if parts.version == Version::HTTP_2 {
-                parts.version = Version::HTTP_11;
-            }
+            // Always HTTP/1.1 upstream, whatever the client spoke: an HTTP/1.0 request sent on as
+            // 1.0 makes the upstream close the connection after answering, so every request
+            // from a 1.0 client (ab, health checkers) paid a fresh upstream connection.
+            parts.version = Version::HTTP_11;
         }
         UpstreamProto::H2 => {
             if parts.uri.authority().is_none() {
