@@ -381,7 +381,9 @@ async fn serve_conn(
             let cfg = shared.server.clone();
             let handler = move |req| {
                 let (shared, conn) = (shared.clone(), conn);
-                async move { handle(&shared, &conn, req).await }
+                let fut = async move { handle(&shared, &conn, req).await };
+                tracing::trace!(bytes = std::mem::size_of_val(&fut), "request future");
+                fut
             };
             if detection == Detection::H2 {
                 // Boxed: the task's size is its largest state, and an HTTP/2 connection is big;

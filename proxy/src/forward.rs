@@ -113,7 +113,7 @@ async fn send(
             pool.send(conn, Request::from_parts(parts, ProxyBody::Incoming(body)))
                 .await
         }
-        _ => upgrade_and_forward(pool, parts, body).await,
+        _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
     };
     if let Some(s) = state {
         match &result {

@@ -112,12 +112,14 @@ impl EndpointPool {
                         return Ok(Conn::H1 { tx, reused: true });
                     }
                 }
+                // Connecting is rare with pooling; boxed so every request's future does not carry
+                // a TCP connect and an HTTP handshake inline (hyper moves request futures around).
                 Ok(Conn::H1 {
-                    tx: self.connect_h1().await?,
+                    tx: Box::pin(self.connect_h1()).await?,
                     reused: false,
                 })
             }
-            UpstreamProto::H2 => Ok(Conn::H2(self.h2_sender().await?)),
+            UpstreamProto::H2 => Ok(Conn::H2(Box::pin(self.h2_sender()).await?)),
         }
     }
 
@@ -134,7 +136,7 @@ impl EndpointPool {
                     // The pooled connection closed before the request went out: nothing was
                     // sent, so a fresh connection may carry it.
                     Some(back) if reused => {
-                        let mut tx = self.connect_h1().await?;
+                        let mut tx = Box::pin(self.connect_h1()).await?;
                         let resp =
                             tx.send_request(back)
                                 .await

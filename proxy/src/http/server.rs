@@ -74,7 +74,9 @@ where
     };
     let mut b = conn::http1::Builder::new();
     b.timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_read_timeout)
+        // The head guard enforces the header-read timeout (hyper never sees a partial head), so
+        // hyper's own per-request timer would only cost a timer registration per request.
+        .header_read_timeout(None)
         .max_header_size(cfg.max_header_bytes)
         // Bodies stream through this buffer; 64 KiB keeps reads large without bloating memory.
         .max_buf_size(cfg.max_header_bytes.max(64 * 1024))
