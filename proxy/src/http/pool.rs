@@ -226,18 +226,18 @@ impl EndpointPool {
             })
     }
 
+    fn live_h2(&self) -> Option<conn::http2::SendRequest<ProxyBody>> {
+        self.h2.load().as_deref().filter(|tx| !tx.is_closed()).cloned()
+    }
+
     async fn h2_sender(&self) -> Result<conn::http2::SendRequest<ProxyBody>, ProxyError> {
-        if let Some(tx) = self.h2.load().as_deref() {
-            if !tx.is_closed() {
-                return Ok(tx.clone());
-            }
+        if let Some(tx) = self.live_h2() {
+            return Ok(tx);
         }
         // One connect at a time; the others wait and reuse it.
         let _connecting = self.h2_connecting.lock().await;
-        if let Some(tx) = self.h2.load().as_deref() {
-            if !tx.is_closed() {
-                return Ok(tx.clone());
-            }
+        if let Some(tx) = self.live_h2() {
+            return Ok(tx);
         }
         let io = self.connect().await?;
         let (tx, conn) = conn::http2::Builder::new(TokioExecutor::new())
