@@ -60,7 +60,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "WEIR_PROXY_WORKERS",
-        "runtime worker threads (default: CPUs available; 1 = current-thread scheduler)",
+        "runtime worker threads (default: CPUs available)",
     ),
     ("WEIR_PROXY_LOG", "tracing filter (default info)"),
     (
