@@ -22,16 +22,8 @@ fn main() -> ExitCode {
         )
         .with_target(false)
         .init();
-    // One worker (a sidecar's usual one-core budget): the current-thread scheduler, which skips
-    // the work-stealing machinery a single worker cannot use anyway.
-    let mut builder = if config.workers == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(config.workers);
-        b
-    };
-    let runtime = builder
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.workers)
         .enable_all()
         .build()
         .expect("a Tokio runtime can be built at start-up");

@@ -34,8 +34,6 @@ async fn proxy_for(backend: &TestBackend) -> WeirProxy {
     WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &eps)]))
         .gateway(true)
-        // The multi-threaded runtime (the other suites run the one-worker current-thread one).
-        .env("WEIR_PROXY_WORKERS", "2")
         .start()
         .await
 }

@@ -35,8 +35,6 @@ async fn proxy_for(backend: SocketAddr) -> WeirProxy {
     WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&routes))
         .gateway(true)
-        // The multi-threaded runtime (the other suites run the one-worker current-thread one).
-        .env("WEIR_PROXY_WORKERS", "2")
         .start()
         .await
 }

@@ -49,19 +49,14 @@ pub struct WeirProxy {
 }
 
 impl WeirProxy {
-    /// A builder with an empty registry, no gateway, `WEIR_PROXY_LOG=info,weir_proxy=debug` and
-    /// one worker (a sidecar's usual budget, the current-thread runtime; a test that wants the
-    /// multi-threaded runtime sets `WEIR_PROXY_WORKERS`).
+    /// A builder with an empty registry, no gateway, and `WEIR_PROXY_LOG=info,weir_proxy=debug`.
     pub fn builder() -> WeirProxyBuilder {
         WeirProxyBuilder {
             registry: EMPTY_REGISTRY.to_owned(),
-            env: vec![
-                (
-                    "WEIR_PROXY_LOG".into(),
-                    Some("info,weir_proxy=debug".into()),
-                ),
-                ("WEIR_PROXY_WORKERS".into(), Some("1".into())),
-            ],
+            env: vec![(
+                "WEIR_PROXY_LOG".into(),
+                Some("info,weir_proxy=debug".into()),
+            )],
             gateway: false,
             binary: None,
         }
