@@ -7,6 +7,7 @@ pub mod app;
 pub mod balance;
 pub mod clock;
 pub mod config;
+pub mod conn;
 pub mod discovery;
 pub mod dispatch;
 pub mod drain;

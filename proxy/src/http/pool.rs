@@ -227,7 +227,11 @@ impl EndpointPool {
     }
 
     fn live_h2(&self) -> Option<conn::http2::SendRequest<ProxyBody>> {
-        self.h2.load().as_deref().filter(|tx| !tx.is_closed()).cloned()
+        self.h2
+            .load()
+            .as_deref()
+            .filter(|tx| !tx.is_closed())
+            .cloned()
     }
 
     async fn h2_sender(&self) -> Result<conn::http2::SendRequest<ProxyBody>, ProxyError> {

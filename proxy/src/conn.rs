@@ -1,0 +1,218 @@
+//! One accepted connection, top to bottom: original destination, loop guard, protocol detection,
+//! then the HTTP server (requests go to the path for their direction) or the TCP relay.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use bytes::BytesMut;
+use tokio::{
+    net::{TcpListener, TcpStream},
+    time::Instant,
+};
+use tracing::Instrument;
+
+use crate::{
+    addr::{ClientAddr, EndpointAddr},
+    app::{ConnInfo, Shared},
+    drain::Drain,
+    error::rescue,
+    http::{headers::is_grpc, server},
+    metrics::{self as m, Direction},
+    transport::{
+        detect::{detect, Detection},
+        listen,
+        orig_dst::OrigDst,
+        prefixed::Prefixed,
+    },
+};
+
+/// Whether forwarding to `dst` would land on one of the proxy's own listeners `own`, feeding the
+/// proxy to itself. `local` is the address the connection was accepted on, i.e. an address of
+/// this host: a listener on `0.0.0.0` owns `dst` only when `dst` is local, not when it is another
+/// host with the same port (a peer sidecar's admin port, scraped from a meshed pod).
+fn aims_at_own_listener(own: &[SocketAddr], dst: SocketAddr, local: SocketAddr) -> bool {
+    own.iter().any(|l| {
+        l.port() == dst.port()
+            && (l.ip() == dst.ip()
+                || dst.ip().is_loopback()
+                || (l.ip().is_unspecified() && dst.ip() == local.ip()))
+    })
+}
+
+pub async fn accept_loop(
+    listener: TcpListener,
+    direction: Direction,
+    orig_dst: Option<Arc<dyn OrigDst>>,
+    shared: Arc<Shared>,
+    drain: Drain,
+) {
+    let mut stop = drain.clone();
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off a little rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            () = stop.signaled() => return,
+        };
+        listen::tune_accepted(&stream);
+        let od = match &orig_dst {
+            Some(o) => match o.orig_dst(&stream) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no original destination; closing");
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let conn = ConnInfo {
+            client: ClientAddr(peer),
+            orig_dst: od,
+            direction,
+        };
+        // Only transparent connections can loop; the gateway skips the getsockname.
+        if od.is_some_and(|d| {
+            stream
+                .local_addr()
+                .map_or(true, |local| aims_at_own_listener(&shared.own, d.0, local))
+        }) {
+            tracing::warn!(client = %peer, "connection aimed at the proxy itself; refused");
+            continue;
+        }
+        let span = tracing::debug_span!("conn", dir = direction.as_str(), client = %peer);
+        let task = serve_conn(shared.clone(), conn, stream, drain.clone()).instrument(span);
+        tracing::trace!(bytes = std::mem::size_of_val(&task), "connection task");
+        tokio::spawn(task);
+    }
+}
+
+async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, drain: Drain) {
+    let opaque = conn
+        .orig_dst
+        .is_some_and(|d| shared.config.is_opaque_port(d.0.port()));
+    let mut buf = BytesMut::new();
+    let detection = if opaque {
+        Detection::Opaque
+    } else {
+        match detect(&mut stream, &mut buf, shared.config.detect_timeout).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(error = %e, "detection read failed");
+                return;
+            }
+        }
+    };
+    m::detection(
+        conn.direction,
+        if opaque {
+            "opaque-port"
+        } else {
+            detection.as_str()
+        },
+    );
+    let io = Prefixed::new(buf, stream);
+    match detection {
+        Detection::Http1 | Detection::H2 => {
+            let cfg = shared.server.clone();
+            let handler = move |req| {
+                let (shared, conn) = (shared.clone(), conn);
+                let fut = async move { handle(&shared, &conn, req).await };
+                tracing::trace!(bytes = std::mem::size_of_val(&fut), "request future");
+                fut
+            };
+            if detection == Detection::H2 {
+                // Boxed: the task's size is its largest state, and an HTTP/2 connection is big;
+                // idle HTTP/1 keep-alives should not pay for it.
+                Box::pin(server::serve_h2(io, &cfg, drain, handler)).await
+            } else {
+                server::serve_http1(io, &cfg, drain, handler).await
+            }
+        }
+        Detection::Closed => {}
+        Detection::Tls | Detection::Opaque | Detection::Timeout => {
+            Box::pin(relay_tcp(&shared, conn, io)).await;
+            drop(drain);
+        }
+    }
+}
+
+async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
+    if conn.direction == Direction::Gateway {
+        return; // the gateway is HTTP only
+    }
+    let Some(dst) = conn.orig_dst else { return };
+    let snap = shared.snapshot();
+    let (addr, metrics) = match (conn.direction, snap.by_orig_dst(dst)) {
+        (Direction::Outbound, Some(svc)) => match svc.endpoints.pick() {
+            Some(ep) => (ep.addr(), svc.tcp.clone()),
+            None => return,
+        },
+        _ => (EndpointAddr(dst.0), snap.passthrough_tcp.clone()),
+    };
+    match crate::tcp::connect(addr, shared.config.connect_timeout).await {
+        Ok(up) => {
+            if let Err(e) = crate::tcp::relay(io, up, &metrics).await {
+                tracing::debug!(error = %e, "tcp relay ended");
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, %addr, "tcp connect failed"),
+    }
+}
+
+/// One request, any direction: the path's stages, then errors become responses here.
+async fn handle(
+    shared: &Shared,
+    conn: &ConnInfo,
+    req: http::Request<hyper::body::Incoming>,
+) -> http::Response<crate::http::body::ProxyBody> {
+    let start = Instant::now();
+    let grpc = is_grpc(req.headers());
+    let (metrics, result) = match conn.direction {
+        Direction::Outbound => crate::outbound::request(shared, conn, req).await,
+        Direction::Inbound => crate::inbound::request(shared, conn, req).await,
+        Direction::Gateway => crate::gateway::request(shared, conn, req).await,
+    };
+    let resp = result.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "request failed");
+        metrics.proxy_error(e.name());
+        rescue(&e, grpc)
+    });
+    metrics.response(resp.status().as_u16(), start.elapsed().as_secs_f64());
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(s: &str) -> SocketAddr {
+        s.parse().expect("a socket address")
+    }
+
+    #[test]
+    fn own_listener_is_the_exact_address_a_loopback_one_or_a_local_one_on_the_same_port() {
+        let own = [a("127.0.0.1:4140"), a("0.0.0.0:4143"), a("0.0.0.0:4191")];
+        let redirected = a("127.0.0.1:4140");
+        assert!(aims_at_own_listener(&own, a("127.0.0.1:4140"), redirected));
+        assert!(aims_at_own_listener(&own, a("127.0.0.1:4191"), redirected));
+        // Dialled at the pod's own IP: accepted on that IP.
+        let pod = a("10.0.0.5:4143");
+        assert!(aims_at_own_listener(&own, pod, pod));
+        assert!(aims_at_own_listener(&own, a("10.0.0.5:4191"), pod));
+    }
+
+    #[test]
+    fn another_hosts_address_with_an_own_port_is_not_the_proxy() {
+        let own = [a("127.0.0.1:4140"), a("0.0.0.0:4143"), a("0.0.0.0:4191")];
+        let redirected = a("127.0.0.1:4140");
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4191"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4143"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.0.0.9:4140"), redirected));
+        assert!(!aims_at_own_listener(&own, a("10.96.0.10:80"), redirected));
+    }
+}
