@@ -154,7 +154,7 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
         },
         _ => (EndpointAddr(dst.0), snap.passthrough_tcp.clone()),
     };
-    match crate::tcp::connect(addr, shared.config.connect_timeout).await {
+    match listen::connect(addr.0, shared.config.connect_timeout).await {
         Ok(up) => {
             if let Err(e) = crate::tcp::relay(io, up, &metrics).await {
                 tracing::debug!(error = %e, "tcp relay ended");

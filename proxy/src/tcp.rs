@@ -13,7 +13,7 @@ use tokio::{
     net::TcpStream,
 };
 
-use crate::{addr::EndpointAddr, metrics::TcpMetrics};
+use crate::metrics::TcpMetrics;
 
 /// Relays until both directions are closed; each side's EOF is passed on as a write shutdown,
 /// so a client that half-closes still gets the rest of the server's answer.
@@ -34,11 +34,6 @@ pub async fn relay(
         let _ = downstream.shutdown().await;
     }
     result.map(|_| ())
-}
-
-/// Connects to `addr` for a relay.
-pub async fn connect(addr: EndpointAddr, timeout: std::time::Duration) -> io::Result<TcpStream> {
-    crate::transport::listen::connect(addr.0, timeout).await
 }
 
 /// The downstream side, counting bytes received from and sent to the client.

@@ -204,15 +204,8 @@ impl EndpointPool {
         let (tx, conn) = conn::http1::Builder::new()
             .handshake(io)
             .await
-            .map_err(|source| ProxyError::Handshake {
-                addr: self.addr,
-                source,
-            })?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
-            }
-        });
+            .map_err(self.handshake_failed())?;
+        drive(conn, "upstream connection ended");
         Ok(tx)
     }
 
@@ -252,15 +245,8 @@ impl EndpointPool {
             .keep_alive_timeout(Duration::from_secs(20))
             .handshake(io)
             .await
-            .map_err(|source| ProxyError::Handshake {
-                addr: self.addr,
-                source,
-            })?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream h2 connection ended");
-            }
-        });
+            .map_err(self.handshake_failed())?;
+        drive(conn, "upstream h2 connection ended");
         self.h2.store(Some(Arc::new(tx.clone())));
         Ok(tx)
     }
@@ -274,15 +260,8 @@ impl EndpointPool {
         let (mut tx, conn) = conn::http1::Builder::new()
             .handshake(io)
             .await
-            .map_err(|source| ProxyError::Handshake {
-                addr: self.addr,
-                source,
-            })?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "upstream upgraded connection ended");
-            }
-        });
+            .map_err(self.handshake_failed())?;
+        drive(conn.with_upgrades(), "upstream upgraded connection ended");
         tx.send_request(req)
             .await
             .map_err(|source| ProxyError::Upstream {
@@ -291,9 +270,26 @@ impl EndpointPool {
             })
     }
 
+    fn handshake_failed(&self) -> impl FnOnce(hyper::Error) -> ProxyError {
+        let addr = self.addr;
+        move |source| ProxyError::Handshake { addr, source }
+    }
+
     fn is_unused_since(&self, secs: u64) -> bool {
         self.last_used.load(std::sync::atomic::Ordering::Relaxed) < secs
     }
+}
+
+/// Runs a client connection's I/O in its own task until the connection ends.
+fn drive<F>(conn: F, what: &'static str)
+where
+    F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "{what}");
+        }
+    });
 }
 
 /// Every endpoint's pool, found without a lock; a new address is added copy-on-write.
