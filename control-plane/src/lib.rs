@@ -1,0 +1,5 @@
+//! weir-control: the registry (a file by default) kept in one in-memory store and streamed to
+//! every proxy over gRPC, plus the admin API `weirctl` speaks. Watch → index → translate → stream.
+
+pub mod proxies;
+pub mod state;
