@@ -1,5 +1,7 @@
 //! weir-control: the registry (a file by default) kept in one in-memory store and streamed to
 //! every proxy over gRPC, plus the admin API `weirctl` speaks. Watch → index → translate → stream.
 
+pub mod api;
+pub mod observe;
 pub mod proxies;
 pub mod state;

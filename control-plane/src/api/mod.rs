@@ -1,0 +1,4 @@
+//! The gRPC face of the control plane: translation of the domain model to protobuf, and the
+//! services built on it.
+
+pub mod translate;
