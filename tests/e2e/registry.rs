@@ -15,23 +15,23 @@ use weir_tests::{metrics, poll_until, TestBackend, WeirProxy};
 use crate::gateway::{gateway_proxy, registry, service};
 
 /// What the brief promises: an edit shows in traffic within this long of the write.
-const APPLY_WITHIN: Duration = Duration::from_secs(1);
+pub(crate) const APPLY_WITHIN: Duration = Duration::from_secs(1);
 
 /// A catch-all gateway route to service `to`.
-fn route_to(to: &str) -> String {
+pub(crate) fn route_to(to: &str) -> String {
     format!("    - name: main\n      backendRefs: [{{ name: {to} }}]\n")
 }
 
 /// Kept-alive clients sending requests back to back until stopped; every failure is recorded.
-struct SteadyTraffic {
+pub(crate) struct SteadyTraffic {
     stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
+    pub(crate) sent: Arc<AtomicU64>,
     failures: Arc<Mutex<Vec<String>>>,
     tasks: Vec<tokio::task::JoinHandle<H1Conn>>,
 }
 
 impl SteadyTraffic {
-    fn start(gw: SocketAddr, clients: usize, path: &'static str) -> SteadyTraffic {
+    pub(crate) fn start(gw: SocketAddr, clients: usize, path: &'static str) -> SteadyTraffic {
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(Mutex::new(Vec::new()));
@@ -69,7 +69,7 @@ impl SteadyTraffic {
     }
 
     /// Stops the clients; panics unless every request succeeded and every connection is open.
-    async fn finish(self) -> u64 {
+    pub(crate) async fn finish(self) -> u64 {
         self.stop.store(true, Ordering::SeqCst);
         for task in self.tasks {
             let conn = task.await.expect("traffic task");

@@ -2,6 +2,7 @@
 //! real sockets, network namespaces. The tests themselves live in `e2e/`, one module per feature.
 
 pub mod backend;
+pub mod control;
 pub mod grpc;
 pub mod grpc_wire;
 pub mod h2_client;
