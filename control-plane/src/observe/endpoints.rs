@@ -1,0 +1,62 @@
+//! Endpoint state of one service as each connected proxy reports it on its admin `/endpoints`.
+
+use futures_util::future::join_all;
+use serde::Deserialize;
+use tracing::debug;
+use weir_proto::admin as pb;
+
+use super::{scrape, service_matches};
+use crate::proxies::ProxySummary;
+
+/// One element of the proxy's `/endpoints` JSON array.
+#[derive(Debug, Deserialize)]
+struct Reported {
+    service: String,
+    address: String,
+    state: String,
+    #[serde(default)]
+    in_flight: u64,
+    #[serde(default)]
+    latency_ewma_ms: f64,
+}
+
+/// Endpoints of `service` (`name` or `name.namespace`) from every reachable proxy, sorted by
+/// address then proxy id; a proxy that cannot be read is skipped.
+pub(super) async fn endpoint_states(
+    proxies: &[ProxySummary],
+    service: &str,
+) -> Vec<pb::EndpointState> {
+    let fetched = join_all(proxies.iter().map(|p| async move {
+        let addr = &p.identity.admin_addr;
+        let read = scrape::get(addr, "/endpoints").await.and_then(|body| {
+            serde_json::from_slice::<Vec<Reported>>(&body)
+                .map_err(|e| scrape::ScrapeError::content(addr, "/endpoints", e))
+        });
+        (p, read)
+    }))
+    .await;
+    let mut out = Vec::new();
+    for (proxy, read) in fetched {
+        let reported = match read {
+            Ok(reported) => reported,
+            Err(error) => {
+                debug!(proxy = %proxy.identity.id, %error, "endpoint state unavailable; proxy skipped");
+                continue;
+            }
+        };
+        out.extend(
+            reported
+                .into_iter()
+                .filter(|e| service_matches(&e.service, service))
+                .map(|e| pb::EndpointState {
+                    address: e.address,
+                    proxy_id: proxy.identity.id.clone(),
+                    state: e.state,
+                    in_flight: e.in_flight,
+                    latency_ewma_ms: e.latency_ewma_ms,
+                }),
+        );
+    }
+    out.sort_by(|a, b| (&a.address, &a.proxy_id).cmp(&(&b.address, &b.proxy_id)));
+    out
+}
