@@ -1,6 +1,9 @@
 //! The control plane assembled: load the registry, bind the gRPC and admin listeners, then serve
 //! watch → index → translate → stream until told to stop. Shared by the binary and the tests.
 
+#[cfg(test)]
+mod tests;
+
 use std::{
     net::SocketAddr,
     path::PathBuf,
