@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use metrics::{describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::proxies::Proxies;
@@ -81,4 +81,8 @@ fn describe() {
         RELOADS,
         "Registry file reloads by result: ok (served) or invalid (rejected, last good kept)."
     );
+    // Counters show from the first scrape, so a rate() over a fresh process starts at zero.
+    counter!(PUSHES).increment(0);
+    counter!(RELOADS, "result" => "ok").increment(0);
+    counter!(RELOADS, "result" => "invalid").increment(0);
 }

@@ -90,7 +90,10 @@ fn serve(args: ServeArgs) -> ExitCode {
         );
         tracing_subscriber::EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
     let runtime =
         tokio::runtime::Runtime::new().expect("the OS provides threads and an event loop");
     let cfg = ControlConfig {
