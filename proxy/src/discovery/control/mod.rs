@@ -3,6 +3,7 @@
 //! merged into the one registry the request path's snapshot is built from.
 
 mod backoff;
+mod publish;
 mod resolve;
 mod status;
 mod stream;
@@ -79,8 +80,8 @@ pub struct Control {
     /// Change generation: bumped (under `write`) by every answer or target-set change.
     changes: AtomicU64,
     rebuild: Notify,
-    /// The last union built and the generation it includes, to recognise it when applied.
-    last_built: Mutex<Option<(u64, Arc<Registry>)>>,
+    /// The last union sent, to recognise it when applied.
+    published: Mutex<publish::Published>,
     /// Highest generation the request path's snapshot includes (mirror of `applied`).
     applied_generation: AtomicU64,
     applied: watch::Sender<u64>,
@@ -119,7 +120,7 @@ impl Control {
             write: Mutex::new(()),
             changes: AtomicU64::new(0),
             rebuild: Notify::new(),
-            last_built: Mutex::new(None),
+            published: Mutex::default(),
             applied_generation: AtomicU64::new(0),
             applied: watch::channel(0).0,
             registry_tx,
@@ -233,36 +234,6 @@ impl Control {
             .filter_map(|e| e.answer().map(|a| (a, e.key == TargetKey::Gateway)))
             .collect();
         (generation, answers)
-    }
-
-    fn built(&self, generation: u64, registry: Arc<Registry>) {
-        *self
-            .last_built
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((generation, registry));
-    }
-
-    /// The request path's snapshot is now built from `registry`: wakes the requests waiting for
-    /// the answers it includes. A registry other than the last union built is ignored (a newer
-    /// one is on its way).
-    pub fn applied(&self, registry: &Arc<Registry>) {
-        let generation = match &*self
-            .last_built
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-        {
-            Some((g, r)) if Arc::ptr_eq(r, registry) => *g,
-            _ => return,
-        };
-        self.applied_generation
-            .fetch_max(generation, Ordering::AcqRel);
-        self.applied.send_if_modified(|a| {
-            let newer = generation > *a;
-            if newer {
-                *a = generation;
-            }
-            newer
-        });
     }
 
     /// Drops every unpinned target no request needed for the idle timeout, as of `now_secs`

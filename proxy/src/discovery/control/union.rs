@@ -41,10 +41,10 @@ pub(super) async fn run(control: Arc<Control>) {
     loop {
         control.rebuild.notified().await;
         let (generation, answers) = control.answers();
-        let registry = Arc::new(union(answers.iter().map(|(a, g)| (a, *g))));
-        // Recorded before sending, so `applied` recognises it whenever the app gets to it.
-        control.built(generation, registry.clone());
-        control.registry_tx.send_replace(registry);
+        let registry = union(answers.iter().map(|(a, g)| (a, *g)));
+        if let Some(registry) = control.publish(generation, registry) {
+            control.registry_tx.send_replace(registry);
+        }
     }
 }
 
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn gateway_routes_come_from_the_gateway_target_only() {
-        let doc = "gateway: { routes: [{ name: edge, backendRefs: [{ name: web }] }] }";
+        let doc = "services: [{ name: web }]\ngateway: { routes: [{ name: edge, backendRefs: [{ name: web }] }] }";
         let with_routes = Answer::Snapshot {
             version: 1,
             registry: Arc::new(crate::discovery::registry_file::parse("t", doc).expect("valid")),

@@ -57,6 +57,8 @@ services:
         backendRefs: [{ name: api, weight: 2 }, { name: other, namespace: ops, port: 8080 }]
         timeouts: { request: 2s }
         retry: { attempts: 3, codes: [503] }
+  - name: other
+    namespace: ops
 gateway:
   routes:
     - name: edge
@@ -211,7 +213,14 @@ fn edge_route() -> pb::Route {
 
 fn snapshot() -> pb::Snapshot {
     pb::Snapshot {
-        services: vec![api_service()],
+        services: vec![
+            api_service(),
+            pb::Service {
+                name: "other".into(),
+                namespace: "ops".into(),
+                ..Default::default()
+            },
+        ],
         gateway_routes: vec![edge_route()],
     }
 }
