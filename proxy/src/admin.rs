@@ -1,5 +1,5 @@
-//! The admin listener: `/metrics`, `/ready`, `/live`, `/config`, and `POST /shutdown` for
-//! loopback clients.
+//! The admin listener: `/metrics`, `/ready`, `/live`, `/config`, `/endpoints` (live balancer
+//! state, read by `weirctl describe`), and `POST /shutdown` for loopback clients.
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
@@ -9,7 +9,7 @@ use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::{net::TcpListener, sync::watch};
 
-use crate::{app::Shared, http::body::ProxyBody};
+use crate::{app::Shared, discovery::control::Link, http::body::ProxyBody};
 
 /// Serves the admin endpoints until the task is aborted.
 pub async fn serve(
@@ -64,13 +64,21 @@ fn answer(
             metrics.render(),
         ),
         (&Method::GET, "/live") => text(StatusCode::OK, PLAIN, "live\n"),
-        (&Method::GET, "/ready") if shared.is_ready() => text(StatusCode::OK, PLAIN, "ready\n"),
-        (&Method::GET, "/ready") => text(StatusCode::SERVICE_UNAVAILABLE, PLAIN, "draining\n"),
+        (&Method::GET, "/ready") => {
+            let (status, body) = readiness(shared);
+            text(status, PLAIN, body)
+        }
         (&Method::GET, "/config") => {
             let snap = shared.snapshot();
-            let body = serde_json::json!({ "registry": &*snap.registry });
+            let control = shared.control().map(|c| c.status_json());
+            let body = serde_json::json!({ "registry": &*snap.registry, "control": control });
             text(StatusCode::OK, "application/json", body.to_string())
         }
+        (&Method::GET, "/endpoints") => text(
+            StatusCode::OK,
+            "application/json",
+            endpoints(shared).to_string(),
+        ),
         (&Method::POST, "/shutdown") if peer.ip().is_loopback() => {
             let _ = shutdown.send(true);
             text(StatusCode::OK, PLAIN, "shutting down\n")
@@ -78,11 +86,55 @@ fn answer(
         (&Method::POST, "/shutdown") => {
             text(StatusCode::FORBIDDEN, PLAIN, "loopback clients only\n")
         }
-        (_, "/metrics" | "/live" | "/ready" | "/config" | "/shutdown") => text(
+        (_, "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/shutdown") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
             "method not allowed\n",
         ),
         _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
     }
+}
+
+/// Ready unless draining or, with a gateway in control-plane mode, before the gateway routes'
+/// first answer. A control plane that went away keeps it ready: the last known state serves.
+fn readiness(shared: &Shared) -> (StatusCode, &'static str) {
+    if !shared.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+    }
+    let Some(control) = shared.control() else {
+        return (StatusCode::OK, "ready\n");
+    };
+    if control.gateway_answered() == Some(false) {
+        let body = "waiting for the control plane's first answer for the gateway routes\n";
+        return (StatusCode::SERVICE_UNAVAILABLE, body);
+    }
+    match control.link() {
+        Link::Disconnected => (
+            StatusCode::OK,
+            "ready; control plane unreachable, serving the last known state\n",
+        ),
+        Link::Connecting | Link::Connected => (StatusCode::OK, "ready\n"),
+    }
+}
+
+/// One object per endpoint of every service in the current snapshot.
+fn endpoints(shared: &Shared) -> serde_json::Value {
+    let snap = shared.snapshot();
+    let list: Vec<_> = snap
+        .services()
+        .iter()
+        .flat_map(|svc| {
+            svc.endpoints.endpoints().iter().map(move |e| {
+                let down = !e.is_ready() || e.down_for().is_some();
+                serde_json::json!({
+                    "service": svc.name,
+                    "address": e.addr().0.to_string(),
+                    "state": if down { "down" } else { "ready" },
+                    "in_flight": e.pending(),
+                    "latency_ewma_ms": e.rtt_estimate().as_secs_f64() * 1000.0,
+                })
+            })
+        })
+        .collect();
+    serde_json::Value::Array(list)
 }

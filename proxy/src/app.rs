@@ -15,7 +15,11 @@ use tokio::{net::TcpListener, sync::watch};
 use crate::{
     addr::{ClientAddr, OrigDstAddr},
     config::Config,
-    discovery::{index::Snapshot, registry_file},
+    discovery::{
+        control::{BackoffConfig, Control, ControlConfig, ControlError},
+        index::Snapshot,
+        registry_file,
+    },
     http::{
         pool::{PoolConfig, Pools},
         server::ServerConfig,
@@ -39,12 +43,18 @@ pub struct Shared {
     /// Where the proxy itself listens (the loop guard refuses these as destinations).
     pub(crate) own: Vec<SocketAddr>,
     draining: AtomicBool,
+    control: Option<Arc<Control>>,
 }
 
 impl Shared {
     /// The current registry snapshot; take one per request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.discovery.load_full()
+    }
+
+    /// The control-plane client, in control-plane mode.
+    pub fn control(&self) -> Option<&Arc<Control>> {
+        self.control.as_ref()
     }
 
     /// Whether the proxy serves traffic and is not draining.
@@ -91,9 +101,12 @@ pub enum StartError {
     /// The registry file is missing or invalid.
     #[error("{0}")]
     Registry(#[from] registry_file::RegistryError),
-    /// Control-plane mode is not built yet.
-    #[error("WEIR_PROXY_CONTROL_ADDR is not supported yet; use WEIR_PROXY_REGISTRY")]
-    ControlPlaneUnsupported,
+    /// The control-plane client could not be set up.
+    #[error("{0}")]
+    Control(#[from] ControlError),
+    /// Neither a registry file nor a control plane is configured.
+    #[error("set WEIR_PROXY_REGISTRY (a registry file) or WEIR_PROXY_CONTROL_ADDR")]
+    NoSource,
 }
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
@@ -104,12 +117,6 @@ impl App {
     /// Binds every listener and loads the registry; call inside a Tokio runtime.
     pub fn build(config: Config, orig_dst: Arc<dyn OrigDst>) -> Result<App, StartError> {
         let metrics = m::install();
-        let Some(path) = config.registry.clone() else {
-            return Err(StartError::ControlPlaneUnsupported);
-        };
-        let registry = Arc::new(registry_file::load(&path)?);
-        let (registry_tx, registry_rx) = watch::channel(registry.clone());
-        crate::discovery::watch_file::spawn_watcher(path, registry_tx, config.registry_poll);
         let outbound = bind(config.outbound_listen)?;
         let inbound = bind(config.inbound_listen)?;
         let admin = bind(config.admin_listen)?;
@@ -129,6 +136,34 @@ impl App {
                 source,
             })?);
         }
+        let (registry, registry_rx, control) = if let Some(path) = config.registry.clone() {
+            let registry = Arc::new(registry_file::load(&path)?);
+            let (registry_tx, registry_rx) = watch::channel(registry.clone());
+            crate::discovery::watch_file::spawn_watcher(path, registry_tx, config.registry_poll);
+            (registry, registry_rx, None)
+        } else if let Some(addr) = config.control_addr.clone() {
+            let registry = Arc::new(Registry::default());
+            let (registry_tx, registry_rx) = watch::channel(registry.clone());
+            let admin_addr = match &config.admin_advertise {
+                Some(a) => a.clone(),
+                None => advertised(admin.local_addr().unwrap_or(config.admin_listen)).to_string(),
+            };
+            let control = Control::start(
+                ControlConfig {
+                    addr,
+                    resolve_timeout: config.control_resolve_timeout,
+                    idle_timeout: config.control_idle_timeout,
+                    gateway: gateway.is_some(),
+                    proxy_id: config.proxy_id.clone(),
+                    admin_addr,
+                    reconnect: BackoffConfig::default(),
+                },
+                registry_tx,
+            )?;
+            (registry, registry_rx, Some(control))
+        } else {
+            return Err(StartError::NoSource);
+        };
         let shared = Arc::new(Shared {
             discovery: ArcSwap::from_pointee(Snapshot::build(registry, None)),
             pools: Pools::new(PoolConfig {
@@ -140,6 +175,7 @@ impl App {
             inbound_unknown: RouteMetrics::new(Direction::Inbound, "unknown", "default"),
             own,
             draining: AtomicBool::new(false),
+            control,
             config,
         });
         let (shutdown_tx, _) = watch::channel(false);
@@ -259,8 +295,25 @@ async fn apply_registry_updates(shared: Arc<Shared>, mut rx: watch::Receiver<Arc
         let prev = shared.snapshot();
         shared
             .discovery
-            .store(Arc::new(Snapshot::build(reg, Some(&prev))));
+            .store(Arc::new(Snapshot::build(reg.clone(), Some(&prev))));
+        if let Some(control) = &shared.control {
+            control.applied(&reg);
+        }
         tracing::info!("registry applied");
+    }
+}
+
+/// The admin address as another host can dial it: an unspecified IP becomes loopback (the
+/// control plane then reaches it only on this host; set WEIR_PROXY_ADMIN_ADVERTISE otherwise).
+fn advertised(bound: SocketAddr) -> SocketAddr {
+    match bound.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, bound.port()))
+        }
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bound.port()))
+        }
+        _ => bound,
     }
 }
 

@@ -22,6 +22,16 @@ pub struct Config {
     pub registry: Option<PathBuf>,
     /// Control plane address (`host:port`); unset = standalone.
     pub control_addr: Option<String>,
+    /// How long a request to a destination the proxy has not asked the control plane about
+    /// waits for the first answer before passing through.
+    pub control_resolve_timeout: Duration,
+    /// A control-plane target no request used for this long is dropped (watch cancelled).
+    pub control_idle_timeout: Duration,
+    /// This proxy's id as the control plane shows it (default `hostname-pid`).
+    pub proxy_id: String,
+    /// `host:port` where the control plane can reach the admin listener; default: the bound
+    /// admin address, with an unspecified IP replaced by loopback.
+    pub admin_advertise: Option<String>,
     /// Runtime worker threads.
     pub workers: usize,
     /// `tracing` filter directive.
@@ -100,6 +110,10 @@ impl Default for Config {
             gateway_listen: None,
             registry: None,
             control_addr: None,
+            control_resolve_timeout: Duration::from_secs(1),
+            control_idle_timeout: Duration::from_secs(300),
+            proxy_id: env::default_proxy_id(&ProcessEnv),
+            admin_advertise: None,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             log: "info".into(),
             shutdown_grace: Duration::from_secs(30),

@@ -146,7 +146,14 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
         return; // the gateway is HTTP only
     }
     let Some(dst) = conn.orig_dst else { return };
-    let snap = shared.snapshot();
+    let mut snap = shared.snapshot();
+    if let (Direction::Outbound, Some(control)) = (conn.direction, shared.control()) {
+        if snap.by_orig_dst(dst).is_some() {
+            control.touch(Some(dst.0), None);
+        } else if control.resolve(Some(dst.0), None).await {
+            snap = shared.snapshot();
+        }
+    }
     let (addr, metrics) = match (conn.direction, snap.by_orig_dst(dst)) {
         (Direction::Outbound, Some(svc)) => match svc.endpoints.pick() {
             Some(ep) => (ep.addr(), svc.tcp.clone()),

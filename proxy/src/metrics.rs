@@ -36,6 +36,10 @@ pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
 pub const DETECTIONS: &str = "weir_protocol_detections_total";
 pub const ENDPOINT_DOWN: &str = "weir_endpoint_connect_failures_total";
 pub const PARKED: &str = "weir_http1_parked_connections";
+pub const CONTROL_CONNECTED: &str = "weir_control_connected";
+pub const CONTROL_WATCHES: &str = "weir_control_watches";
+pub const CONTROL_UPDATES: &str = "weir_control_updates_total";
+pub const CONTROL_RECONNECTS: &str = "weir_control_reconnects_total";
 
 /// Latency buckets in seconds: 0.5 ms to 30 s.
 const BUCKETS: &[f64] = &[
@@ -99,6 +103,22 @@ fn describe() {
         "Upstream connect failures that marked an endpoint down."
     );
     crate::discovery::describe_metrics();
+    metrics::describe_gauge!(
+        CONTROL_CONNECTED,
+        "1 while the control plane answers the proxy's watches, 0 while the last known state is served."
+    );
+    metrics::describe_gauge!(
+        CONTROL_WATCHES,
+        "Targets the proxy watches on the control plane (one stream each)."
+    );
+    describe_counter!(
+        CONTROL_UPDATES,
+        "Updates received from the control plane, by result (snapshot, no_such_target, invalid)."
+    );
+    describe_counter!(
+        CONTROL_RECONNECTS,
+        "Watch streams to the control plane that failed and were reopened after a backoff."
+    );
 }
 
 /// Handles for one (direction, service, route), built when the registry is loaded.

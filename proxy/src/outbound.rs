@@ -1,5 +1,6 @@
 //! The outbound path: a transparent client's request → its service (by virtual address, else
 //! authority) → mesh routes → balanced endpoint; unknown destinations pass through unchanged.
+//! With a control plane, a destination the snapshot does not know is first asked about.
 
 use std::sync::Arc;
 
@@ -7,8 +8,9 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 
 use crate::{
-    addr::EndpointAddr,
+    addr::{EndpointAddr, OrigDstAddr},
     app::{ConnInfo, Shared},
+    discovery::index::{ServiceTarget, Snapshot},
     dispatch,
     error::ProxyError,
     forward,
@@ -22,15 +24,21 @@ pub async fn request(
     conn: &ConnInfo,
     req: Request<Incoming>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
-    let snap = shared.snapshot();
+    let mut snap = shared.snapshot();
     let (parts, body) = req.into_parts();
     if let Err(e) = headers::validate_request(&parts) {
         return (snap.passthrough.clone(), Err(e));
     }
-    let target = conn
-        .orig_dst
-        .and_then(|d| snap.by_orig_dst(d))
-        .or_else(|| headers::authority_host(&parts).and_then(|h| snap.by_authority(h)));
+    let host = headers::authority_host(&parts);
+    if let Some(control) = shared.control() {
+        let dst = conn.orig_dst.map(|d| d.0);
+        if find(&snap, conn.orig_dst, host).is_some() {
+            control.touch(dst, host);
+        } else if control.resolve(dst, host).await {
+            snap = shared.snapshot();
+        }
+    }
+    let target = find(&snap, conn.orig_dst, host);
     let Some(svc) = target else {
         let m = snap.passthrough.clone();
         m.request();
@@ -63,4 +71,14 @@ pub async fn request(
             .unwrap_or_else(|| svc.default_metrics[0].clone()),
         routed.result,
     )
+}
+
+/// The service a request is for: by virtual address, else by authority.
+fn find<'a>(
+    snap: &'a Snapshot,
+    dst: Option<OrigDstAddr>,
+    host: Option<&str>,
+) -> Option<&'a Arc<ServiceTarget>> {
+    dst.and_then(|d| snap.by_orig_dst(d))
+        .or_else(|| host.and_then(|h| snap.by_authority(h)))
 }

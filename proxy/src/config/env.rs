@@ -59,6 +59,22 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "control plane host:port (unset = standalone)",
     ),
     (
+        "WEIR_PROXY_CONTROL_RESOLVE_TIMEOUT",
+        "how long a request to a new destination waits for the control plane's answer (default 1s)",
+    ),
+    (
+        "WEIR_PROXY_CONTROL_IDLE_TIMEOUT",
+        "a control-plane target no request used for this long is dropped (default 5m)",
+    ),
+    (
+        "WEIR_PROXY_ID",
+        "this proxy's id shown by the control plane (default hostname-pid)",
+    ),
+    (
+        "WEIR_PROXY_ADMIN_ADVERTISE",
+        "admin host:port the control plane can reach (default: the bound admin address)",
+    ),
+    (
         "WEIR_PROXY_WORKERS",
         "runtime worker threads (default: CPUs available)",
     ),
@@ -184,7 +200,21 @@ impl Config {
             admin_listen: r.addr("WEIR_PROXY_ADMIN_LISTEN", d.admin_listen),
             gateway_listen,
             registry: env.get("WEIR_PROXY_REGISTRY").map(PathBuf::from),
-            control_addr: env.get("WEIR_PROXY_CONTROL_ADDR"),
+            control_addr: env
+                .get("WEIR_PROXY_CONTROL_ADDR")
+                .map(|_| r.parse("WEIR_PROXY_CONTROL_ADDR", String::new(), host_port)),
+            control_resolve_timeout: r.duration(
+                "WEIR_PROXY_CONTROL_RESOLVE_TIMEOUT",
+                d.control_resolve_timeout,
+            ),
+            control_idle_timeout: r
+                .duration("WEIR_PROXY_CONTROL_IDLE_TIMEOUT", d.control_idle_timeout),
+            proxy_id: env
+                .get("WEIR_PROXY_ID")
+                .unwrap_or_else(|| default_proxy_id(env)),
+            admin_advertise: env
+                .get("WEIR_PROXY_ADMIN_ADVERTISE")
+                .map(|_| r.parse("WEIR_PROXY_ADMIN_ADVERTISE", String::new(), host_port)),
             workers: r.parse("WEIR_PROXY_WORKERS", d.workers, |v| {
                 match v.parse::<usize>() {
                     Ok(0) | Err(_) => Err("expected a whole number ≥ 1".into()),
@@ -214,10 +244,16 @@ impl Config {
             h2,
             registry_poll: r.duration("WEIR_PROXY_REGISTRY_POLL", d.registry_poll),
         };
-        if config.registry.is_none() && config.control_addr.is_none() {
-            r.errors.push(
+        match (&config.registry, &config.control_addr) {
+            (None, None) => r.errors.push(
                 "set WEIR_PROXY_REGISTRY (a registry file) or WEIR_PROXY_CONTROL_ADDR".into(),
-            );
+            ),
+            (Some(_), Some(_)) => r.errors.push(
+                "WEIR_PROXY_REGISTRY and WEIR_PROXY_CONTROL_ADDR are both set; set one: \
+                 a registry file (standalone) or the control plane"
+                    .into(),
+            ),
+            _ => {}
         }
         if r.errors.is_empty() {
             Ok(config)
@@ -225,6 +261,32 @@ impl Config {
             Err(ConfigError(r.errors))
         }
     }
+}
+
+/// `host:port` with a numeric port, as tonic and the control plane expect it.
+fn host_port(v: &str) -> Result<String, String> {
+    match v.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok() =>
+        {
+            Ok(v.to_string())
+        }
+        _ => Err("expected host:port, like weir-control.weir:8086".into()),
+    }
+}
+
+/// `hostname-pid`: the pod name in Kubernetes (`HOSTNAME`), unique per process on one host.
+pub fn default_proxy_id(env: &impl EnvSource) -> String {
+    let host = env
+        .get("HOSTNAME")
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "weir-proxy".into());
+    format!("{host}-{}", std::process::id())
 }
 
 #[cfg(test)]
@@ -271,6 +333,41 @@ mod tests {
                 "README does not document {name}"
             );
         }
+    }
+
+    #[test]
+    fn the_control_plane_mode_reads_its_variables() {
+        let env: HashMap<&str, &str> = [
+            ("WEIR_PROXY_CONTROL_ADDR", "weir-control.weir:8086"),
+            ("WEIR_PROXY_CONTROL_RESOLVE_TIMEOUT", "250ms"),
+            ("HOSTNAME", "web-7d9f"),
+        ]
+        .into();
+        let c = Config::from_env(&env).expect("valid");
+        assert_eq!(c.control_addr.as_deref(), Some("weir-control.weir:8086"));
+        assert_eq!(c.control_resolve_timeout, Duration::from_millis(250));
+        assert_eq!(c.control_idle_timeout, Duration::from_secs(300));
+        assert_eq!(c.proxy_id, format!("web-7d9f-{}", std::process::id()));
+        assert!(c.admin_advertise.is_none());
+    }
+
+    #[test]
+    fn a_control_address_without_a_port_is_refused() {
+        let env: HashMap<&str, &str> = [("WEIR_PROXY_CONTROL_ADDR", "http://weir-control")].into();
+        let err = Config::from_env(&env).expect_err("no port");
+        assert!(err.0[0].starts_with("WEIR_PROXY_CONTROL_ADDR"), "{err}");
+    }
+
+    #[test]
+    fn a_registry_and_a_control_plane_together_are_refused_naming_both() {
+        let env: HashMap<&str, &str> = [
+            ("WEIR_PROXY_REGISTRY", "r.yaml"),
+            ("WEIR_PROXY_CONTROL_ADDR", "127.0.0.1:8086"),
+        ]
+        .into();
+        let err = Config::from_env(&env).expect_err("both set");
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert!(err.0[0].contains("WEIR_PROXY_REGISTRY and WEIR_PROXY_CONTROL_ADDR"));
     }
 
     #[test]

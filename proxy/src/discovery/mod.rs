@@ -1,5 +1,8 @@
-//! Where service state comes from: the standalone registry file, and the index the request path reads.
+//! Where service state comes from: the control plane (per-target watches), the standalone
+//! registry file, and the index the request path reads.
 
+pub mod control;
+pub mod from_proto;
 pub mod index;
 pub mod registry_file;
 pub mod watch_file;
