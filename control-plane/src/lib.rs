@@ -3,5 +3,6 @@
 
 pub mod api;
 pub mod observe;
+pub mod persist;
 pub mod proxies;
 pub mod state;
