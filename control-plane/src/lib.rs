@@ -2,6 +2,7 @@
 //! every proxy over gRPC, plus the admin API `weirctl` speaks. Watch → index → translate → stream.
 
 pub mod api;
+pub mod cli;
 pub mod observe;
 pub mod persist;
 pub mod proxies;
