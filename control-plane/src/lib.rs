@@ -3,9 +3,11 @@
 
 pub mod admin_http;
 pub mod api;
+pub mod cli;
 pub mod index;
 pub mod metrics;
 pub mod observe;
+pub mod persist;
 pub mod proxies;
 pub mod server;
 pub mod sources;

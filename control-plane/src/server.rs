@@ -172,8 +172,12 @@ impl ControlPlane {
                 self.index,
                 self.proxies.clone(),
                 stop_rx.clone(),
-            ));
-        // admin service: api::admin::service(...)
+            ))
+            .add_service(api::admin::service(api::admin::AdminContext {
+                store: self.store.clone(),
+                proxies: self.proxies.clone(),
+                history: Arc::new(crate::observe::History::default()),
+            }));
         let incoming = TcpIncoming::from(self.grpc)
             .with_nodelay(Some(true))
             .with_keepalive(Some(Duration::from_secs(60)));

@@ -711,12 +711,18 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// The shortest exact spelling `parse_duration` reads back: `10s`, `250ms`, `1500us`, `1ns`.
 pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
+    let ns = d.as_nanos();
+    // Coarsest unit that loses nothing: a written-back registry must mean what was read.
+    if ns.is_multiple_of(1_000_000_000) {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns.is_multiple_of(1_000) {
+        format!("{}us", ns / 1_000)
     } else {
-        format!("{ms}ms")
+        format!("{ns}ns")
     }
 }
 
@@ -745,5 +751,14 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("10x").is_err());
+    }
+
+    #[test]
+    fn durations_format_to_text_that_parses_back_exactly() {
+        for text in ["10s", "250ms", "1500us", "7ns", "0s"] {
+            let d = parse_duration(text).expect("valid");
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
     }
 }
