@@ -3,6 +3,7 @@
 mod admin;
 mod bad_input;
 mod bodies;
+mod control;
 mod gateway;
 mod grpc;
 mod grpc_mesh;
@@ -14,3 +15,4 @@ mod registry;
 mod tcp;
 mod transparent;
 mod websocket;
+mod weirctl;
