@@ -10,7 +10,7 @@ use http::StatusCode;
 use tokio::time::Instant;
 use weir_tests::control::WeirControl;
 use weir_tests::http_client::get;
-use weir_tests::{metrics, poll_until, TestBackend, WeirProxy};
+use weir_tests::{metrics, poll_until, require, TestBackend, WeirProxy};
 
 use crate::gateway::{registry, service};
 use crate::registry::{route_to, SteadyTraffic, APPLY_WITHIN};
@@ -217,6 +217,16 @@ async fn a_bad_registry_edit_is_refused_with_its_location_and_traffic_is_unaffec
         .is_some_and(|n| n >= 1.0),
         "the rejection is counted:\n{text}"
     );
+    // The control plane's metrics, after a push and a rejection, are valid Prometheus text; so are
+    // the proxy's with its control-plane series.
+    require!(tool "promtool");
+    assert_eq!(metrics::promtool_check(&text), Ok(()), "{text}");
+    let proxy_text = _p.metrics_text().await;
+    assert_eq!(metrics::promtool_check(&proxy_text), Ok(()), "{proxy_text}");
+    for name in ["weir_control_pushes_total", "weir_control_registry_version"] {
+        assert!(text.contains(name), "{name} exported:\n{text}");
+    }
+
     // The last good state keeps serving: still a, never b.
     for _ in 0..10 {
         let reply = get(gw, "gw.test", "/").await;

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncBufReadExt;
+
 use weir_tests::control::{weirctl, WeirControl};
 use weir_tests::http_client::get;
 use weir_tests::{free_addr, poll_until, TestBackend};
@@ -146,17 +148,55 @@ async fn weirctl_reads_the_mesh_and_writes_the_registry() {
 
     // stat: live gateway traffic to web, from the proxy's metrics.
     let traffic = SteadyTraffic::start(gw, 2, "/");
-    let out = poll_until(Duration::from_secs(10), "stat to show web's traffic", || async {
-        let out = cp.weirctl(&["stat", "web", "--window", "30s"]).await;
-        assert_eq!(out.code, 0, "{out:?}");
-        out.stdout
-            .lines()
-            .any(|l| l.starts_with("web.default") && l.contains("main") && l.contains("100.00%"))
-            .then_some(out)
-    })
+    let out = poll_until(
+        Duration::from_secs(10),
+        "stat to show web's traffic",
+        || async {
+            let out = cp.weirctl(&["stat", "web", "--window", "30s"]).await;
+            assert_eq!(out.code, 0, "{out:?}");
+            out.stdout
+                .lines()
+                .any(|l| {
+                    l.starts_with("web.default") && l.contains("main") && l.contains("100.00%")
+                })
+                .then_some(out)
+        },
+    )
     .await;
     eprintln!("{}", out.stdout);
+
+    // stat --watch reprints until interrupted.
+    let mut watch = tokio::process::Command::new(weir_tests::control::weirctl_bin())
+        .args(["stat", "web", "--watch", "--interval", "100ms"])
+        .env("WEIR_CONTROL_ADDR", cp.grpc.to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn weirctl stat --watch");
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().expect("piped")).lines();
+    let mut headers = 0;
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while headers < 3 {
+            match lines.next_line().await.expect("read weirctl's output") {
+                Some(l) if l.starts_with("SERVICE") => headers += 1,
+                Some(_) => {}
+                None => panic!("weirctl stat --watch exited"),
+            }
+        }
+    })
+    .await
+    .expect("three refreshes within 20 s");
+    watch.kill().await.expect("stop weirctl");
     traffic.finish().await;
+
+    // -o yaml is data too.
+    let out = cp.weirctl(&["get", "endpoints", "web", "-o", "yaml"]).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(&format!("address: {}", a.addr)),
+        "{}",
+        out.stdout
+    );
 
     // usage errors exit 2; an unreachable control plane exits 1.
     assert_eq!(cp.weirctl(&["frobnicate"]).await.code, 2);

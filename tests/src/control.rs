@@ -178,10 +178,15 @@ pub struct Weirctl {
     pub stderr: String,
 }
 
+/// The `weirctl` binary the tests run.
+pub fn weirctl_bin() -> PathBuf {
+    bin("WEIRCTL_BIN", "weirctl")
+}
+
 /// Runs the `weirctl` binary with `WEIR_CONTROL_ADDR=addr`.
 pub async fn weirctl(addr: SocketAddr, args: &[&str], stdin: Option<&str>) -> Weirctl {
     use tokio::io::AsyncWriteExt;
-    let mut cmd = Command::new(bin("WEIRCTL_BIN", "weirctl"));
+    let mut cmd = Command::new(weirctl_bin());
     cmd.args(args)
         .env("WEIR_CONTROL_ADDR", addr.to_string())
         .env("NO_COLOR", "1")
