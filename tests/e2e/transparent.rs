@@ -319,3 +319,91 @@ async fn inbound_request_from_outside_reaches_the_local_app_at_its_original_port
         );
     }
 }
+
+#[tokio::test]
+async fn a_sidecar_fed_by_the_control_plane_resolves_each_destination_on_first_use() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "curl");
+    let ns = NetNs::create();
+    let auth = on_host(&ns, "auth-1").await;
+    let billing = on_host(&ns, "billing-1").await;
+    let outside = on_host(&ns, "outside").await;
+    let reg = |with_billing: bool| {
+        let mut yaml = format!(
+            "services:\n- name: auth\n  hosts: [auth.example]\n  addresses: [\"10.96.0.10:80\"]\n\
+             \x20 endpoints: [{{address: \"{}\"}}]\n",
+            auth.addr
+        );
+        if with_billing {
+            yaml.push_str(&format!(
+                "- name: billing\n  addresses: [\"10.96.0.11:80\"]\n\
+                 \x20 endpoints: [{{address: \"{}\"}}]\n",
+                billing.addr
+            ));
+        }
+        yaml
+    };
+    // The control plane listens on the host side of the veth; the proxy's own connections
+    // (uid 0) are not redirected, so it reaches it directly.
+    let cp = weir_tests::control::WeirControl::start_on(ns.host_ip().into(), &reg(false)).await;
+    let pod = Sidecar::start(
+        ns,
+        WeirProxy::builder()
+            .env_remove("WEIR_PROXY_REGISTRY")
+            .env("WEIR_PROXY_CONTROL_ADDR", cp.grpc.to_string()),
+    )
+    .await;
+
+    // A virtual IP the proxy has never seen: resolved on the first request.
+    let replies = curl_ok(&pod, &[], &["http://10.96.0.10/a".into()]).await;
+    assert_eq!(replies[0]["backend"], "auth-1", "{replies:?}");
+    // An address the registry does not know passes through; with a known Host it is routed.
+    let url = format!("http://{}/p", outside.addr);
+    let replies = curl_ok(&pod, &[], &[url.clone()]).await;
+    assert_eq!(replies[0]["backend"], "outside", "{replies:?}");
+    let replies = curl_ok(&pod, &["-H", "Host: auth.example"], &[url]).await;
+    assert_eq!(replies[0]["backend"], "auth-1", "{replies:?}");
+    // A virtual IP that is unknown now and appears later: "no such service" first (the
+    // connection passes through to the original address, which nothing serves), then the
+    // control plane's update makes it known without a restart.
+    let out = pod
+        .run_as_app(
+            &["curl", "-fsS", "--max-time", "3", "http://10.96.0.11/b"],
+            CURL_DEADLINE,
+        )
+        .await;
+    assert!(!out.status.success(), "10.96.0.11 is not served yet");
+    cp.write_registry(&reg(true));
+    poll_until(DEADLINE, "billing's virtual IP to resolve", || async {
+        let out = pod
+            .run_as_app(
+                &["curl", "-fsS", "--max-time", "3", "http://10.96.0.11/b"],
+                CURL_DEADLINE,
+            )
+            .await;
+        out.status.success().then(|| {
+            let replies = who_am_i_lines(&out.stdout);
+            assert_eq!(replies[0]["backend"], "billing-1", "{replies:?}");
+        })
+    })
+    .await;
+
+    let text = pod.proxy.metrics_text().await;
+    assert_eq!(
+        metrics::sum(&text, "weir_control_connected", &[]),
+        Some(1.0)
+    );
+    assert!(
+        metrics::sum(&text, "weir_control_watches", &[]).is_some_and(|n| n >= 3.0),
+        "{text}"
+    );
+    assert_eq!(
+        outbound_requests(&text, "auth.default"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        outbound_requests(&text, "billing.default"),
+        Some(1.0),
+        "{text}"
+    );
+}

@@ -46,13 +46,19 @@ fn bin(env: &str, name: &str) -> PathBuf {
 }
 
 impl WeirControl {
-    /// Starts weir-control on `registry_yaml` and waits for `/ready`.
+    /// Starts weir-control on `registry_yaml` (loopback listeners) and waits for `/ready`.
     pub async fn start(registry_yaml: &str) -> WeirControl {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into(), registry_yaml).await
+    }
+
+    /// As [`WeirControl::start`], with the gRPC listener on `ip` (e.g. a namespace's host-side
+    /// veth address, so a proxy inside the namespace can reach it).
+    pub async fn start_on(ip: std::net::IpAddr, registry_yaml: &str) -> WeirControl {
         let dir = TempDir::new("control");
         let registry = dir.join("registry.yaml");
         std::fs::write(&registry, registry_yaml).expect("write the registry file");
         let mut cp = WeirControl {
-            grpc: free_addr(),
+            grpc: SocketAddr::new(ip, crate::ports::free_port()),
             admin: free_addr(),
             registry,
             child: None,
