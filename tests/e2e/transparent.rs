@@ -358,7 +358,7 @@ async fn a_sidecar_fed_by_the_control_plane_resolves_each_destination_on_first_u
     assert_eq!(replies[0]["backend"], "auth-1", "{replies:?}");
     // An address the registry does not know passes through; with a known Host it is routed.
     let url = format!("http://{}/p", outside.addr);
-    let replies = curl_ok(&pod, &[], &[url.clone()]).await;
+    let replies = curl_ok(&pod, &[], std::slice::from_ref(&url)).await;
     assert_eq!(replies[0]["backend"], "outside", "{replies:?}");
     let replies = curl_ok(&pod, &["-H", "Host: auth.example"], &[url]).await;
     assert_eq!(replies[0]["backend"], "auth-1", "{replies:?}");
