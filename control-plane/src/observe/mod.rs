@@ -6,7 +6,7 @@
 
 mod endpoints;
 mod history;
-mod prom_text;
+pub mod prom_text;
 mod scrape;
 mod signals;
 mod stat;

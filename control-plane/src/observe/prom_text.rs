@@ -2,11 +2,11 @@
 //! `/metrics` renders: names, label sets with escaped values, floats including ±Inf and NaN.
 
 /// Label (name, value) pairs, in the order written.
-type Labels = Vec<(String, String)>;
+pub type Labels = Vec<(String, String)>;
 
 /// One sample line: `name{label="value",…} value [timestamp]`.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Sample {
+pub struct Sample {
     /// Metric name, with any `_bucket`/`_sum`/`_count` suffix kept.
     pub name: String,
     /// Labels in the order written, values unescaped.
@@ -28,7 +28,7 @@ impl Sample {
 /// A line that is not valid exposition text.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("metrics line {line}: {reason}")]
-pub(crate) struct ParseError {
+pub struct ParseError {
     /// 1-based line number.
     pub line: usize,
     /// What is wrong with it.
@@ -36,7 +36,7 @@ pub(crate) struct ParseError {
 }
 
 /// Every sample in `text`; comments (`# HELP`, `# TYPE`) and blank lines are skipped.
-pub(crate) fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
+pub fn parse(text: &str) -> Result<Vec<Sample>, ParseError> {
     text.lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
