@@ -146,14 +146,20 @@ async fn weirctl_reads_the_mesh_and_writes_the_registry() {
 
     // stat: live gateway traffic to web, from the proxy's metrics.
     let traffic = SteadyTraffic::start(gw, 2, "/");
-    let out = poll_until(Duration::from_secs(10), "stat to show web's traffic", || async {
-        let out = cp.weirctl(&["stat", "web", "--window", "30s"]).await;
-        assert_eq!(out.code, 0, "{out:?}");
-        out.stdout
-            .lines()
-            .any(|l| l.starts_with("web.default") && l.contains("main") && l.contains("100.00%"))
-            .then_some(out)
-    })
+    let out = poll_until(
+        Duration::from_secs(10),
+        "stat to show web's traffic",
+        || async {
+            let out = cp.weirctl(&["stat", "web", "--window", "30s"]).await;
+            assert_eq!(out.code, 0, "{out:?}");
+            out.stdout
+                .lines()
+                .any(|l| {
+                    l.starts_with("web.default") && l.contains("main") && l.contains("100.00%")
+                })
+                .then_some(out)
+        },
+    )
     .await;
     eprintln!("{}", out.stdout);
     traffic.finish().await;
