@@ -1,5 +1,6 @@
-//! Edits the registry file's text in place: replaced items are re-rendered where they stand, new
-//! items go at the end of their list, and every other byte (comments, order, quoting) is kept.
+//! Edits the registry file's text in place: a replaced item is rewritten where it stands (only its
+//! changed keys, see `refine`, or whole), new items go at the end of their list, and every other
+//! byte (comments, order, quoting) is kept.
 
 use std::ops::Range;
 
