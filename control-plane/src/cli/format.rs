@@ -124,7 +124,8 @@ pub fn apply(r: &pb::ApplyResponse, dry_run: bool) -> String {
     out
 }
 
-/// `stat`: SERVICE ROUTE SUCCESS RPS P50 P95 P99, as `linkerd viz stat` shows them.
+/// `stat`: SERVICE ROUTE DIRECTION SUCCESS RPS P50 P95 P99, as `linkerd viz stat` shows them
+/// (one service has a row per direction its traffic was seen in).
 pub fn stat(r: &pb::StatResponse, window: &str) -> String {
     if r.rows.is_empty() {
         return format!(
@@ -132,7 +133,16 @@ pub fn stat(r: &pb::StatResponse, window: &str) -> String {
             r.proxies
         );
     }
-    let mut t = Table::new(&["SERVICE", "ROUTE", "SUCCESS", "RPS", "P50", "P95", "P99"]);
+    let mut t = Table::new(&[
+        "SERVICE",
+        "ROUTE",
+        "DIRECTION",
+        "SUCCESS",
+        "RPS",
+        "P50",
+        "P95",
+        "P99",
+    ]);
     for row in &r.rows {
         let success = if row.requests == 0 {
             "-".to_string()
@@ -147,6 +157,7 @@ pub fn stat(r: &pb::StatResponse, window: &str) -> String {
         t.row(vec![
             row.service.clone(),
             route,
+            row.direction.clone(),
             success,
             format!("{:.1}", row.rps),
             ms(row.p50_ms),
@@ -155,6 +166,14 @@ pub fn stat(r: &pb::StatResponse, window: &str) -> String {
         ]);
     }
     t.render()
+}
+
+/// Drops the rows with no requests in the window unless the operator named a service: across
+/// the mesh they are noise, for one service a `-` row says it is known but idle.
+pub fn drop_idle_rows(r: &mut pb::StatResponse, service: Option<&str>) {
+    if service.is_none() {
+        r.rows.retain(|row| row.requests > 0);
+    }
 }
 
 /// `3ms`, `1.5ms`: whole milliseconds once they stop mattering.

@@ -177,11 +177,12 @@ async fn stat(
         window_seconds: u32::try_from(args.window.as_secs().max(1)).unwrap_or(u32::MAX),
     };
     loop {
-        let r = client
+        let mut r = client
             .stat(request.clone())
             .await
             .map_err(CliError::Rpc)?
             .into_inner();
+        format::drop_idle_rows(&mut r, args.service.as_deref());
         emit(out, o, &view::Stat::from(&r), || format::stat(&r, &window))?;
         if !args.watch {
             return Ok(());

@@ -64,32 +64,37 @@ web            prod        -                   -           0/0
     );
 }
 
-#[test]
-fn the_stat_table_shows_percentages_rates_and_latencies() {
-    let row = |service: &str, route: &str, success_rate, requests| pb::StatRow {
+fn stat_row(service: &str, route: &str, direction: &str, requests: u64) -> pb::StatRow {
+    pb::StatRow {
         service: service.into(),
         route: route.into(),
-        direction: "outbound".into(),
-        success_rate,
+        direction: direction.into(),
+        success_rate: if requests == 0 { 0.0 } else { 0.995 },
         rps: 12.34,
         p50_ms: 1.25,
         p95_ms: 12.6,
         p99_ms: 140.0,
         requests,
-    };
+    }
+}
+
+#[test]
+fn the_stat_table_shows_directions_percentages_rates_and_latencies() {
     let r = pb::StatResponse {
         rows: vec![
-            row("web.default", "", 0.995, 100),
-            row("web.default", "api", 0.0, 0),
+            stat_row("web.default", "", "outbound", 100),
+            stat_row("web.default", "", "inbound", 100),
+            stat_row("web.default", "api", "gateway", 0),
         ],
         proxies: 2,
     };
     assert_eq!(
         format::stat(&r, "10s"),
         "\
-SERVICE       ROUTE       SUCCESS   RPS    P50     P95    P99
-web.default   [default]   99.50%    12.3   1.2ms   13ms   140ms
-web.default   api         -         12.3   1.2ms   13ms   140ms
+SERVICE       ROUTE       DIRECTION   SUCCESS   RPS    P50     P95    P99
+web.default   [default]   outbound    99.50%    12.3   1.2ms   13ms   140ms
+web.default   [default]   inbound     99.50%    12.3   1.2ms   13ms   140ms
+web.default   api         gateway     -         12.3   1.2ms   13ms   140ms
 "
     );
     let empty = pb::StatResponse {
@@ -100,6 +105,49 @@ web.default   api         -         12.3   1.2ms   13ms   140ms
         format::stat(&empty, "10s"),
         "No traffic in the last 10s (1 proxies read).\n"
     );
+}
+
+#[test]
+fn idle_stat_rows_are_dropped_unless_a_service_is_named() {
+    let r = pb::StatResponse {
+        rows: vec![
+            stat_row("web.default", "", "outbound", 100),
+            stat_row("web.default", "api", "outbound", 0),
+            stat_row("web.default", "", "inbound", 0),
+        ],
+        proxies: 1,
+    };
+    let kept = |service: Option<&str>| {
+        let mut r = r.clone();
+        format::drop_idle_rows(&mut r, service);
+        r.rows
+            .iter()
+            .map(|row| format!("{}/{} {}", row.service, row.route, row.direction))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kept(None), ["web.default/ outbound"]);
+    assert_eq!(
+        kept(Some("web")),
+        [
+            "web.default/ outbound",
+            "web.default/api outbound",
+            "web.default/ inbound"
+        ]
+    );
+}
+
+#[test]
+fn the_stat_json_and_yaml_views_carry_the_direction() {
+    let r = pb::StatResponse {
+        rows: vec![stat_row("web.default", "", "inbound", 100)],
+        proxies: 1,
+    };
+    let view = super::view::Stat::from(&r);
+    let json = serde_json::to_value(&view).expect("serialisable");
+    assert_eq!(json["rows"][0]["direction"], "inbound");
+    assert_eq!(json["rows"][0]["requests"], 100);
+    let yaml = serde_yaml::to_string(&view).expect("serialisable");
+    assert!(yaml.contains("direction: inbound\n"), "{yaml}");
 }
 
 #[test]

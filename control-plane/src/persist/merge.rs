@@ -114,18 +114,23 @@ fn write_text(
     touched: &splice::Touched,
 ) -> Result<(String, Vec<String>), PersistError> {
     let mut spliced_problems = None;
-    let why_not = match splice::splice(text, base, merged, touched) {
-        Ok(spliced) => match registry_file::parse(origin, &spliced) {
-            Ok(reg) if reg == *merged => return Ok((spliced, Vec::new())),
-            Ok(_) => "the edited text did not read back as the merged registry",
-            Err(e) => {
-                spliced_problems = Some(problems(e));
-                "the edited text did not parse"
-            }
-        },
-        Err(splice::Unspliceable::Layout(why)) => why,
-        Err(splice::Unspliceable::Render(e)) => return Err(e),
-    };
+    let mut why_not = "";
+    // Key by key first; a whole-item render where that does not read back the same.
+    for grain in [splice::Grain::Keys, splice::Grain::Item] {
+        why_not = match splice::splice(text, base, merged, touched, grain) {
+            Ok(spliced) => match registry_file::parse(origin, &spliced) {
+                Ok(reg) if reg == *merged => return Ok((spliced, Vec::new())),
+                Ok(_) => "the edited text did not read back as the merged registry",
+                Err(e) => {
+                    spliced_problems.get_or_insert_with(|| problems(e));
+                    "the edited text did not parse"
+                }
+            },
+            Err(splice::Unspliceable::Layout(why)) => why,
+            Err(splice::Unspliceable::Render(e)) => return Err(e),
+        };
+        tracing::debug!(file = origin, ?grain, reason = why_not, "splice rejected");
+    }
     let whole = render::whole(merged)?;
     match registry_file::parse(origin, &whole) {
         Ok(reg) if reg == *merged => {

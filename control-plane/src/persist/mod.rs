@@ -6,11 +6,14 @@ mod atomic;
 mod document;
 mod merge;
 mod policy;
+mod refine;
 mod render;
 mod scan;
 mod splice;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_refine;
 
 use std::path::Path;
 

@@ -39,16 +39,21 @@ pub(crate) struct BlockList {
     pub append_at: usize,
 }
 
+/// One line of the text, located by byte offsets.
 #[derive(Debug, Clone, Copy)]
-struct Line<'a> {
-    start: usize,
-    end: usize,
+pub(super) struct Line<'a> {
+    /// Offset of its first byte.
+    pub start: usize,
+    /// Offset just past its newline (or the end of the text).
+    pub end: usize,
     /// Leading spaces; `None` for blank and comment-only lines.
-    indent: Option<usize>,
-    body: &'a str,
+    pub indent: Option<usize>,
+    /// The line without its leading spaces and line break.
+    pub body: &'a str,
 }
 
-fn lines(text: &str) -> Option<Vec<Line<'_>>> {
+/// The lines of `text`, or `None` when one is indented with a tab (which YAML forbids).
+pub(super) fn lines(text: &str) -> Option<Vec<Line<'_>>> {
     let mut out = Vec::new();
     let mut start = 0;
     for raw in text.split_inclusive('\n') {
@@ -81,7 +86,8 @@ fn key_value<'a>(body: &'a str, key: &str) -> Option<&'a str> {
     Some(if rest.starts_with('#') { "" } else { rest })
 }
 
-fn is_dash(body: &str) -> bool {
+/// Whether a line's body starts a list item.
+pub(super) fn is_dash(body: &str) -> bool {
     body == "-" || body.starts_with("- ")
 }
 

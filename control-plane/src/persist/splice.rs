@@ -1,12 +1,14 @@
-//! Edits the registry file's text in place: replaced items are re-rendered where they stand, new
-//! items go at the end of their list, and every other byte (comments, order, quoting) is kept.
+//! Edits the registry file's text in place: a replaced item is rewritten where it stands (only its
+//! changed keys, see `refine`, or whole), new items go at the end of their list, and every other
+//! byte (comments, order, quoting) is kept.
 
 use std::ops::Range;
 
+use serde::Serialize;
 use weir_proxy::model::Registry;
 
 use super::{
-    render,
+    refine, render,
     scan::{self, ListSpot},
     PersistError,
 };
@@ -39,13 +41,25 @@ impl From<PersistError> for Unspliceable {
     }
 }
 
+/// How much of a changed item is rewritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grain {
+    /// Only the keys whose value changed (see `refine`); the whole item where that cannot be done.
+    Keys,
+    /// The whole item.
+    Item,
+}
+
 /// `text` (whose registry is `base`) with the touched items of `merged` written in.
 pub(crate) fn splice(
     text: &str,
     base: &Registry,
     merged: &Registry,
     touched: &Touched,
+    grain: Grain,
 ) -> Result<String, Unspliceable> {
+    let file_lists = refine::indented_lists(text).unwrap_or(false);
+    let style = Style { grain, file_lists };
     let mut edits: Vec<(Range<usize>, String)> = Vec::new();
     let services = List {
         path: &["services"],
@@ -53,8 +67,8 @@ pub(crate) fn splice(
         replaced: &touched.services_replaced,
         added: &touched.services_added,
     };
-    services.edits(text, &mut edits, |i, indent| {
-        render::item(&merged.services[i], indent)
+    services.edits(text, &mut edits, |i, indent, original| {
+        style.item(base.services.get(i), &merged.services[i], indent, original)
     })?;
     let routes = List {
         path: &["gateway", "routes"],
@@ -62,8 +76,13 @@ pub(crate) fn splice(
         replaced: &touched.routes_replaced,
         added: &touched.routes_added,
     };
-    routes.edits(text, &mut edits, |i, indent| {
-        render::item(&merged.gateway.routes[i], indent)
+    routes.edits(text, &mut edits, |i, indent, original| {
+        style.item(
+            base.gateway.routes.get(i),
+            &merged.gateway.routes[i],
+            indent,
+            original,
+        )
     })?;
     // Stable sort, applied back to front: of two inserts at one spot, the first pushed ends up first.
     edits.sort_by_key(|(r, _)| r.start);
@@ -75,6 +94,35 @@ pub(crate) fn splice(
         out.replace_range(range, &replacement);
     }
     Ok(out)
+}
+
+struct Style {
+    grain: Grain,
+    /// Whether the file puts block lists two columns deeper than their key.
+    file_lists: bool,
+}
+
+impl Style {
+    /// The text of `new`, an item at column `indent`; `original` is the text of the item it
+    /// replaces (`old` in the file), `None` for a new item.
+    fn item<T: Serialize>(
+        &self,
+        old: Option<&T>,
+        new: &T,
+        indent: usize,
+        original: Option<&str>,
+    ) -> Result<String, PersistError> {
+        let lists = original
+            .and_then(refine::indented_lists)
+            .unwrap_or(self.file_lists);
+        if let (Some(old), Some(original), Grain::Keys) = (old, original, self.grain) {
+            let (old, new_value) = (render::value(old)?, render::value(new)?);
+            if let Some(text) = refine::item(original, &old, &new_value, lists) {
+                return Ok(text);
+            }
+        }
+        render::item(new, indent, lists)
+    }
 }
 
 struct List<'a> {
@@ -89,7 +137,7 @@ impl List<'_> {
         &self,
         text: &str,
         edits: &mut Vec<(Range<usize>, String)>,
-        render: impl Fn(usize, usize) -> Result<String, PersistError>,
+        render: impl Fn(usize, usize, Option<&str>) -> Result<String, PersistError>,
     ) -> Result<(), Unspliceable> {
         if self.replaced.is_empty() && self.added.is_empty() {
             return Ok(());
@@ -98,7 +146,10 @@ impl List<'_> {
             "a list is not written in block style (`- item` lines)",
         ))?;
         let new_items = |indent: usize| -> Result<String, PersistError> {
-            self.added.iter().map(|&i| render(i, indent)).collect()
+            self.added
+                .iter()
+                .map(|&i| render(i, indent, None))
+                .collect()
         };
         let key = self.path.last().copied().unwrap_or_default();
         match spot {
@@ -109,7 +160,9 @@ impl List<'_> {
                     ));
                 }
                 for &i in self.replaced {
-                    edits.push((list.items[i].clone(), render(i, list.indent)?));
+                    let range = list.items[i].clone();
+                    let new = render(i, list.indent, Some(&text[range.clone()]))?;
+                    edits.push((range, new));
                 }
                 let at = list.append_at;
                 edits.push((at..at, new_items(list.indent)?));

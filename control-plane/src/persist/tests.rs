@@ -6,7 +6,7 @@ use weir_proxy::discovery::registry_file;
 
 use super::*;
 
-const FILE: &str = "\
+pub(super) const FILE: &str = "\
 # The mesh registry. Hand-edited; weirctl keeps these comments.
 services:
   # auth: the login service
@@ -29,13 +29,13 @@ gateway:   # edge routes
       backendRefs: [{ name: auth }]
 ";
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    path: PathBuf,
-    store: Store,
+    pub(super) path: PathBuf,
+    pub(super) store: Store,
 }
 
-fn fixture(text: &str) -> Fixture {
+pub(super) fn fixture(text: &str) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("registry.yaml");
     fs::write(&path, text).expect("seed the registry");
@@ -49,7 +49,7 @@ fn fixture(text: &str) -> Fixture {
 }
 
 impl Fixture {
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         fs::read_to_string(&self.path).expect("read the registry")
     }
 }
@@ -88,7 +88,7 @@ async fn comments_and_untouched_items_keep_their_bytes_when_one_service_changes_
     assert!(text.contains("weight: 3"));
     assert!(
         !text.contains("the big box"),
-        "the replaced item is re-rendered"
+        "the changed endpoints are re-rendered"
     );
     let reg = registry_file::parse("r", &text).expect("the written file is valid");
     let names: Vec<String> = reg.services.iter().map(|s| s.qualified_name()).collect();
