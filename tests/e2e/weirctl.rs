@@ -135,7 +135,7 @@ async fn weirctl_reads_the_mesh_and_writes_the_registry() {
     let text = cp.read_registry();
     assert!(text.contains("timeout: 2s"), "{text}");
     assert!(text.contains("ratio: 0.2"), "{text}");
-    // assert!(text.contains("# the storefront"), "{text}");
+    assert!(text.contains("# the storefront"), "{text}");
 
     // check: everything fine.
     let out = cp.weirctl(&["check"]).await;
