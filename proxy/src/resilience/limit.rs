@@ -50,7 +50,9 @@ pub struct ConcurrencyLimit {
 
 /// A slot; freed when dropped (keep it until the response body is done).
 #[derive(Debug)]
-pub struct Permit(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub struct Permit {
+    _slot: Option<OwnedSemaphorePermit>,
+}
 
 impl ConcurrencyLimit {
     /// From the service's policy. `maxPendingRequests` left out means no queue: a request over
@@ -71,10 +73,10 @@ impl ConcurrencyLimit {
     /// (tokio's semaphore is fair: first queued, first served) for at most the failfast time.
     pub async fn acquire(&self) -> Result<Permit, Shed> {
         let Some(slots) = &self.slots else {
-            return Ok(Permit(None));
+            return Ok(Permit { _slot: None });
         };
         if let Ok(p) = Arc::clone(slots).try_acquire_owned() {
-            return Ok(Permit(Some(p)));
+            return Ok(Permit { _slot: Some(p) });
         }
         let queued = self
             .pending
@@ -86,7 +88,7 @@ impl ConcurrencyLimit {
         }
         let _leave = Leave(&self.pending);
         match tokio::time::timeout(self.failfast, Arc::clone(slots).acquire_owned()).await {
-            Ok(Ok(p)) => Ok(Permit(Some(p))),
+            Ok(Ok(p)) => Ok(Permit { _slot: Some(p) }),
             // The semaphore is never closed; treat it as no slot.
             Ok(Err(_)) | Err(_) => Err(Shed::Timeout),
         }

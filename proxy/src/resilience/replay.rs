@@ -76,6 +76,9 @@ struct State<B> {
     ended: bool,
 }
 
+/// What `poll_frame` returns.
+type Polled<E> = Poll<Option<Result<Frame<Bytes>, ReplayError<E>>>>;
+
 /// Why an attempt's body ended in an error.
 #[derive(Debug)]
 pub enum ReplayError<E> {
@@ -149,10 +152,7 @@ impl<B: Body<Data = Bytes> + Unpin> ReplayBody<B> {
         }
     }
 
-    fn poll_held(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, ReplayError<B::Error>>>> {
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Polled<B::Error> {
         let Some(state) = self.state.as_mut().and_then(Arc::get_mut) else {
             // Unreachable: the state is only ever referenced by its holder or by the slot.
             return Poll::Ready(Some(Err(ReplayError::NotReplayable)));
