@@ -20,6 +20,7 @@ pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod outbound;
+pub mod resilience;
 pub mod routing;
 pub mod tcp;
 pub mod transport;
