@@ -8,7 +8,8 @@ use crate::{
     addr::OrigDstAddr,
     balance::{BalanceConfig, EndpointSet},
     metrics::{Direction, RouteMetrics, TcpMetrics},
-    model::{Registry, Route, Service},
+    model::{Dur, Registry, Route, Service},
+    resilience::policy::{RoutePolicy, ServicePolicy},
     routing::RouteTable,
 };
 
@@ -22,20 +23,38 @@ pub struct RouteSet {
     metrics: Vec<Vec<Arc<RouteMetrics>>>,
     /// `backends[route][backend]`: index into the snapshot's services.
     backends: Vec<Vec<Option<usize>>>,
+    /// `policies[route]`: timeouts, retries, rate limit and breaker, compiled.
+    policies: Vec<Arc<RoutePolicy>>,
 }
 
 impl RouteSet {
     /// `service` labels mesh routes with the service addressed; gateway routes (`None`) are
     /// labelled with each backend. `default_ns` resolves backendRefs without a namespace.
+    /// `service_timeout` is the request timeout of routes that set none (`None` for gateway
+    /// routes: there the backend service's applies); `prev` lends its compiled policies to routes
+    /// that did not change, so their breakers keep their state.
     fn new(
         routes: &[Route],
         direction: Direction,
         service: Option<&str>,
         default_ns: &str,
         by_name: &HashMap<(String, String), usize>,
+        service_timeout: Option<Dur>,
+        prev: Option<&RouteSet>,
     ) -> Self {
         let mut metrics = Vec::with_capacity(routes.len());
         let mut backends = Vec::with_capacity(routes.len());
+        let policies = routes
+            .iter()
+            .map(|r| {
+                let old = prev.and_then(|p| {
+                    p.policies
+                        .iter()
+                        .find(|q| q.source.name == r.name && !r.name.is_empty())
+                });
+                RoutePolicy::build(r, service_timeout, old)
+            })
+            .collect();
         for (i, r) in routes.iter().enumerate() {
             let route_name = if r.name.is_empty() {
                 format!("route-{i}")
@@ -67,7 +86,13 @@ impl RouteSet {
             table: RouteTable::new(routes),
             metrics,
             backends,
+            policies,
         }
+    }
+
+    /// The compiled policy of route `route`.
+    pub fn policy(&self, route: usize) -> Option<&Arc<RoutePolicy>> {
+        self.policies.get(route)
     }
 
     /// The metrics handle for a route and chosen backend.
@@ -93,6 +118,10 @@ pub struct ServiceTarget {
     pub routes: RouteSet,
     /// Endpoints with their balancer state (kept across reloads by address).
     pub endpoints: EndpointSet,
+    /// The service's policy, compiled (budget, limits, rate limit, breaker settings, failfast).
+    pub policy: Arc<ServicePolicy>,
+    /// The policy of requests no mesh route matches (the service's timeout, default retries).
+    pub default_route: Arc<RoutePolicy>,
     /// Metrics when no route applies, per direction (outbound, inbound).
     pub default_metrics: [Arc<RouteMetrics>; 2],
     /// Opaque TCP metrics, outbound.
@@ -146,9 +175,9 @@ impl Snapshot {
             .iter()
             .map(|svc| {
                 let name = svc.qualified_name();
-                let prev_set = prev
-                    .and_then(|p| p.service(&svc.name, &svc.namespace))
-                    .map(|t| &t.endpoints);
+                let prev_svc = prev.and_then(|p| p.service(&svc.name, &svc.namespace));
+                let prev_set = prev_svc.map(|t| &t.endpoints);
+                let timeout = svc.policy.timeout;
                 Arc::new(ServiceTarget {
                     routes: RouteSet::new(
                         &svc.routes,
@@ -156,6 +185,14 @@ impl Snapshot {
                         Some(&name),
                         &svc.namespace,
                         &by_name,
+                        timeout,
+                        prev_svc.map(|t| &t.routes),
+                    ),
+                    policy: ServicePolicy::build(&svc.policy, prev_svc.map(|t| &t.policy)),
+                    default_route: RoutePolicy::build(
+                        &Route::default(),
+                        timeout,
+                        prev_svc.map(|t| &t.default_route),
                     ),
                     endpoints: EndpointSet::rebuild(prev_set, &svc.endpoints, &balance),
                     default_metrics: [
@@ -175,6 +212,8 @@ impl Snapshot {
                 None,
                 "default",
                 &by_name,
+                None,
+                prev.map(|p| &p.gateway),
             ),
             gateway_unmatched: RouteMetrics::new(Direction::Gateway, "none", "none"),
             passthrough: RouteMetrics::new(Direction::Outbound, "passthrough", "default"),

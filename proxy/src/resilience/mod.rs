@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod budget;
 pub mod grpc;
 pub mod limit;
+pub mod policy;
 pub mod rate_limit;
 pub mod replay;
 pub mod retry;
