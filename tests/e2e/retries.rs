@@ -16,9 +16,9 @@ use rand::RngCore;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use weir_tests::backend::{Fail, Fnv1a64};
-use weir_tests::http_client::{request, send, H1Conn, Reply};
+use weir_tests::http_client::{request, send, H1Conn, H2Conn, Reply};
 use weir_tests::wait::within;
-use weir_tests::{metrics, poll_until, TestBackend, WeirProxy};
+use weir_tests::{metrics, poll_until, require, TestBackend, WeirProxy};
 
 use crate::gateway::{gateway_proxy, registry, service};
 
@@ -231,6 +231,28 @@ async fn a_retry_storm_against_a_failing_backend_is_capped_by_the_budget() {
         exhausted >= REQUESTS * 0.5,
         "budget exhausted {exhausted} times"
     );
+    require!(tool "promtool");
+    if let Err(e) = metrics::promtool_check(&proxy.metrics_text().await) {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test]
+async fn a_grpc_call_answered_unavailable_is_retried_when_the_route_allows() {
+    let app = TestBackend::start("grpc-flaky").await;
+    let extra = "      retry: { attempts: 1, backoff: 1ms, nonIdempotent: true }\n";
+    let routes = route("g", "grpc-flaky", extra);
+    let (_proxy, gw) =
+        gateway_proxy(&registry(&[service("grpc-flaky", &[app.addr])], &routes)).await;
+    // A bare 503 is UNAVAILABLE to gRPC: the default retryable status.
+    app.fail_next(1, Fail::Status(StatusCode::SERVICE_UNAVAILABLE));
+    let call = http::Request::post("http://gw.test/g/pkg.Svc/Call")
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .body(http_body_util::Full::new(Bytes::from_static(b"\0\0\0\0\0")))
+        .expect("a valid gRPC request");
+    let reply = H2Conn::connect(gw).await.send(call).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(app.requests(), 2);
 }
 
 #[tokio::test]
