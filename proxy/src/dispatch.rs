@@ -79,7 +79,8 @@ pub async fn route(
             result: Err(ProxyError::UnknownService(format!("{}.{ns}", backend.name))),
         };
     };
-    let result = forward::to_service(shared, svc, parts, body)
+    let policy = set.policy(route_idx).unwrap_or(&svc.default_route);
+    let result = forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body)
         .await
         .map(|resp| {
             let (mut rp, b) = resp.into_parts();

@@ -5,7 +5,7 @@ use std::io;
 
 use http::{header::HeaderValue, Response, StatusCode};
 
-use crate::{addr::EndpointAddr, http::body::ProxyBody};
+use crate::{addr::EndpointAddr, http::body::ProxyBody, resilience::timeout::TimeoutKind};
 
 /// Header naming the cause of a response the proxy produced itself.
 pub const ERROR_HEADER: &str = "weir-proxy-error";
@@ -55,6 +55,11 @@ pub enum ProxyError {
         /// hyper's account.
         source: hyper::Error,
     },
+    /// A deadline passed before a response head arrived: the request timeout, the client's
+    /// `grpc-timeout`, or the per-try timeout of a last attempt. The request may have been acted
+    /// on, so it is not retryable as an error; the retry stage decides on per-try timeouts itself.
+    #[error("{} passed before the upstream answered", .0.name())]
+    Timeout(TimeoutKind),
 }
 
 impl ProxyError {
@@ -78,6 +83,7 @@ impl ProxyError {
             ProxyError::Connect { .. } => "connect-failed",
             ProxyError::Upstream { .. } => "upstream-failed",
             ProxyError::Handshake { .. } => "handshake-failed",
+            ProxyError::Timeout(kind) => kind.name(),
         }
     }
 
@@ -93,6 +99,7 @@ impl ProxyError {
             ProxyError::Connect { .. }
             | ProxyError::Upstream { .. }
             | ProxyError::Handshake { .. } => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 
@@ -100,6 +107,7 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(_) => "13",
             ProxyError::NoRoute | ProxyError::NoBackend => "12",
+            ProxyError::Timeout(_) => "4",
             _ => "14",
         }
     }
@@ -159,6 +167,20 @@ mod tests {
         let r = rescue(&ProxyError::NoEndpoints("svc".into()), true);
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()["grpc-status"], "14");
+    }
+
+    #[test]
+    fn timeouts_answer_504_naming_the_deadline_and_deadline_exceeded_to_grpc() {
+        for kind in [TimeoutKind::Request, TimeoutKind::PerTry, TimeoutKind::Grpc] {
+            let e = ProxyError::Timeout(kind);
+            assert!(!e.is_retryable(), "the upstream may have acted on it");
+            let r = rescue(&e, false);
+            assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+            assert_eq!(r.headers()[ERROR_HEADER], kind.name());
+            let g = rescue(&e, true);
+            assert_eq!(g.status(), StatusCode::OK);
+            assert_eq!(g.headers()["grpc-status"], "4");
+        }
     }
 
     #[test]

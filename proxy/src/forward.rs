@@ -1,5 +1,6 @@
-//! The last stages shared by every path: pick an endpoint, send the request over the pool (or
-//! an upgraded connection), record the outcome with the balancer, clean the response.
+//! The last stages shared by every path: pick an endpoint (retries and timeouts around it in
+//! `attempts.rs`), send the request over the pool (or an upgraded connection), record the outcome
+//! with the balancer, clean the response.
 
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use tokio::time::Instant;
 use crate::{
     addr::EndpointAddr,
     app::Shared,
+    attempts,
     balance::EndpointState,
     discovery::index::ServiceTarget,
     error::ProxyError,
@@ -19,14 +21,18 @@ use crate::{
         headers::{strip_hop_by_hop, wants_upgrade},
         pool::{Conn, EndpointPool, UpstreamProto},
     },
+    metrics::RouteMetrics,
     model::AppProtocol,
+    resilience::policy::RoutePolicy,
 };
 
-/// Balances over `svc`'s endpoints and forwards. A connect failure marks the endpoint down and
-/// tries another (nothing was sent yet), up to three endpoints.
+/// Balances over `svc`'s endpoints and forwards under `route`'s timeouts and retries
+/// ([`attempts::run`]); an upgrade goes once, to one endpoint.
 pub async fn to_service(
     shared: &Shared,
     svc: &ServiceTarget,
+    route: &RoutePolicy,
+    metrics: Option<&RouteMetrics>,
     mut parts: Parts,
     body: Incoming,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -36,30 +42,23 @@ pub async fn to_service(
         _ => same_as(parts.version),
     };
     let upgrade = prepare(&mut parts, proto)?;
-    let attempts = svc.endpoints.ready_len().clamp(1, 3);
-    let mut tried = 0;
-    loop {
-        let ep = svc
-            .endpoints
-            .pick()
-            .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
-        let pool = shared.pools.get(ep.addr());
-        if upgrade {
-            return send(&pool, Some(ep), None, parts, body, true).await;
-        }
-        match pool.acquire(proto).await {
-            Ok(conn) => return send(&pool, Some(ep), Some(conn), parts, body, false).await,
-            Err(e @ ProxyError::Connect { .. }) => {
-                ep.connect_failed();
-                metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
-                tried += 1;
-                if tried >= attempts {
-                    return Err(e);
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    if !upgrade {
+        return attempts::run(shared, svc, route, metrics, proto, parts, body).await;
     }
+    let ep = svc
+        .endpoints
+        .pick()
+        .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
+    let pool = shared.pools.get(ep.addr());
+    send(
+        &pool,
+        Some(ep),
+        None,
+        parts,
+        ProxyBody::Incoming(body),
+        true,
+    )
+    .await
 }
 
 /// The upstream protocol that keeps the downstream one.
@@ -86,7 +85,7 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, body, upgrade).await
+    send(&pool, None, conn, parts, ProxyBody::Incoming(body), upgrade).await
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.
@@ -98,21 +97,18 @@ fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> 
 }
 
 /// Sends a prepared request, feeding the balancer the time to the response head.
-async fn send(
+pub(crate) async fn send(
     pool: &Arc<EndpointPool>,
     state: Option<&Arc<EndpointState>>,
     conn: Option<Conn>,
     parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
     upgrade: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let inflight = state.map(|s| s.start());
     let started = Instant::now();
     let result = match conn {
-        Some(conn) if !upgrade => {
-            pool.send(conn, Request::from_parts(parts, ProxyBody::Incoming(body)))
-                .await
-        }
+        Some(conn) if !upgrade => pool.send(conn, Request::from_parts(parts, body)).await,
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
     };
     if let Some(s) = state {
@@ -194,7 +190,7 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
 async fn upgrade_and_forward(
     pool: &EndpointPool,
     parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let mut parts = parts;
     let downstream = parts
@@ -203,7 +199,7 @@ async fn upgrade_and_forward(
         .ok_or(ProxyError::BadRequest(
             "upgrade on a connection that cannot switch protocols",
         ))?;
-    let req = Request::from_parts(parts, ProxyBody::Incoming(body));
+    let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream = hyper::upgrade::on(&mut resp);

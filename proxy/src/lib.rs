@@ -4,6 +4,7 @@
 pub mod addr;
 pub mod admin;
 pub mod app;
+pub mod attempts;
 pub mod balance;
 pub mod clock;
 pub mod config;

@@ -29,6 +29,8 @@ pub const REQUESTS: &str = "weir_requests_total";
 pub const RESPONSES: &str = "weir_responses_total";
 pub const DURATION: &str = "weir_request_duration_seconds";
 pub const PROXY_ERRORS: &str = "weir_proxy_errors_total";
+pub const RETRIES: &str = "weir_retries_total";
+pub const RETRY_BUDGET_EXHAUSTED: &str = "weir_retry_budget_exhausted_total";
 pub const TCP_OPENED: &str = "weir_tcp_connections_opened_total";
 pub const TCP_CLOSED: &str = "weir_tcp_connections_closed_total";
 pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
@@ -79,6 +81,14 @@ fn describe() {
         PROXY_ERRORS,
         "Responses the proxy produced itself, by cause (weir-proxy-error)."
     );
+    describe_counter!(
+        RETRIES,
+        "Requests sent again after a retryable failure, by direction, service and route."
+    );
+    describe_counter!(
+        RETRY_BUDGET_EXHAUSTED,
+        "Retries the policy allowed but the service's retry budget refused, by direction, service and route."
+    );
     describe_counter!(TCP_OPENED, "Opaque TCP connections opened.");
     describe_counter!(TCP_CLOSED, "Opaque TCP connections closed.");
     describe_counter!(
@@ -127,6 +137,9 @@ pub struct RouteMetrics {
     requests: Counter,
     duration: Histogram,
     by_code: Box<[OnceLock<Counter>]>,
+    // Registered on first use: most routes never retry, and need no series saying so.
+    retries: OnceLock<Counter>,
+    budget_exhausted: OnceLock<Counter>,
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -150,6 +163,8 @@ impl RouteMetrics {
             requests: metrics::counter!(REQUESTS, labels.iter()),
             duration: metrics::histogram!(DURATION, labels.iter()),
             by_code: (100..600).map(|_| OnceLock::new()).collect(),
+            retries: OnceLock::new(),
+            budget_exhausted: OnceLock::new(),
             labels,
         })
     }
@@ -172,6 +187,20 @@ impl RouteMetrics {
             })
             .increment(1);
         }
+    }
+
+    /// A request was sent again.
+    pub fn retry(&self) {
+        self.retries
+            .get_or_init(|| metrics::counter!(RETRIES, self.labels.iter()))
+            .increment(1);
+    }
+
+    /// A retry was refused because the service's retry budget was spent.
+    pub fn budget_exhausted(&self) {
+        self.budget_exhausted
+            .get_or_init(|| metrics::counter!(RETRY_BUDGET_EXHAUSTED, self.labels.iter()))
+            .increment(1);
     }
 
     /// The proxy answered itself because of `cause`.

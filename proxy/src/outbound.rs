@@ -54,7 +54,8 @@ pub async fn request(
     if svc.routes.table.is_empty() {
         let m = svc.default_metrics[0].clone();
         m.request();
-        return (m, forward::to_service(shared, svc, parts, body).await);
+        let routed = forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body);
+        return (m.clone(), routed.await);
     }
     let routed = dispatch::route(
         shared,

@@ -8,6 +8,12 @@
 //! - `/_/stream`: consumes a body of any size without buffering it and answers
 //!   `{"bytes": n, "fnv1a64": "<16 hex digits>"}` (compute the expectation with [`Fnv1a64`])
 //! - `/_/bytes/<n>`: a streamed body of `n` bytes of [`pattern_byte`]
+//! - `/_/truncate/<n>`: a `200` head announcing `2n` bytes, `n` bytes of [`pattern_byte`], then
+//!   the connection dies (a response that fails while streaming)
+//!
+//! Misbehaviour on demand, for any path: [`TestBackend::force_status`] (every request), and
+//! [`TestBackend::fail_next`] (the next `n` requests: a status, a delay, or a connection dropped
+//! after part of the request body was read).
 //! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
 //!   every byte written on the upgraded stream is echoed back until the client closes.
 
@@ -15,7 +21,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +33,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
-type Body = BoxBody<Bytes, Infallible>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
+
+/// How [`TestBackend::fail_next`] misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// Answer with this status (after reading the whole request body).
+    Status(StatusCode),
+    /// Answer normally, after this delay.
+    Delay(Duration),
+    /// Read at least this many bytes of the request body (or all of it), then drop the
+    /// connection without answering.
+    ResetAfter(usize),
+}
 
 /// Echoed bodies up to this size are included verbatim in the JSON.
 const ECHO_BODY_LIMIT: usize = 64 * 1024;
@@ -47,6 +66,9 @@ struct State {
     connections: AtomicU64,
     /// 0 = behave normally; otherwise every request gets this status.
     forced_status: AtomicU16,
+    /// Requests left to misbehave with `fail`.
+    fail_left: AtomicU64,
+    fail: Mutex<Option<Fail>>,
 }
 
 impl TestBackend {
@@ -62,6 +84,8 @@ impl TestBackend {
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             forced_status: AtomicU16::new(0),
+            fail_left: AtomicU64::new(0),
+            fail: Mutex::new(None),
         });
         let task = tokio::spawn(accept_loop(listener, state.clone()));
         TestBackend { addr, state, task }
@@ -87,6 +111,12 @@ impl TestBackend {
     pub fn force_status(&self, status: Option<StatusCode>) {
         let code = status.map_or(0, |s| s.as_u16());
         self.state.forced_status.store(code, Ordering::SeqCst);
+    }
+
+    /// The next `n` requests (any path) misbehave as `fail` says; the ones after are normal.
+    pub fn fail_next(&self, n: u64, fail: Fail) {
+        *self.state.fail.lock().expect("fail knob lock") = Some(fail);
+        self.state.fail_left.store(n, Ordering::SeqCst);
     }
 
     /// Stops accepting and closes every open connection; returns once the port is released.
@@ -123,33 +153,73 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
     }
 }
 
-async fn handle(
-    state: Arc<State>,
-    mut req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+/// This request's misbehaviour, if it is one of the next `n` that [`TestBackend::fail_next`] set.
+fn take_fail(state: &State) -> Option<Fail> {
+    let dec = |n: u64| n.checked_sub(1);
+    state
+        .fail_left
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, dec)
+        .ok()?;
+    *state.fail.lock().expect("fail knob lock")
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, BoxError> {
     state.requests.fetch_add(1, Ordering::SeqCst);
     let forced = state.forced_status.load(Ordering::SeqCst);
     let path = req.uri().path().to_owned();
-    let mut resp = if forced != 0 {
+    let mut resp = match take_fail(&state) {
+        Some(Fail::Status(status)) => echo(&state, req, status).await,
+        Some(Fail::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            echo(&state, req, StatusCode::OK).await
+        }
+        Some(Fail::ResetAfter(n)) => {
+            let mut body = req.into_body();
+            let mut read = 0;
+            while read < n {
+                match body.frame().await {
+                    Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
+                    _ => break,
+                }
+            }
+            // A service error makes hyper drop the connection without a response.
+            return Err("reset as asked".into());
+        }
+        None => normal(&state, req, forced, &path).await,
+    };
+    resp.headers_mut().insert("x-backend", state.name.clone());
+    Ok(resp)
+}
+
+async fn normal(
+    state: &State,
+    mut req: Request<Incoming>,
+    forced: u16,
+    path: &str,
+) -> Response<Body> {
+    if forced != 0 {
         let status = StatusCode::from_u16(forced).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        echo(&state, req, status).await
+        echo(state, req, status).await
     } else if req.headers().contains_key(http::header::UPGRADE) {
         upgrade(&mut req)
     } else if path == "/_/stream" {
         stream_count(req).await
     } else if let Some(n) = path.strip_prefix("/_/bytes/").and_then(|n| n.parse().ok()) {
         pattern_body(n)
+    } else if let Some(n) = path
+        .strip_prefix("/_/truncate/")
+        .and_then(|n| n.parse().ok())
+    {
+        truncated_body(n)
     } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
-        echo(&state, req, status).await
+        echo(state, req, status).await
     } else if let Some(ms) = path.strip_prefix("/_/delay/").and_then(|m| m.parse().ok()) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
-        echo(&state, req, StatusCode::OK).await
+        echo(state, req, StatusCode::OK).await
     } else {
-        echo(&state, req, StatusCode::OK).await
-    };
-    resp.headers_mut().insert("x-backend", state.name.clone());
-    Ok(resp)
+        echo(state, req, StatusCode::OK).await
+    }
 }
 
 async fn echo(state: &State, req: Request<Incoming>, status: StatusCode) -> Response<Body> {
@@ -251,11 +321,33 @@ fn pattern_body(len: u64) -> Response<Body> {
         let start = i * CHUNK;
         let end = (start + CHUNK).min(len);
         let data: Vec<u8> = (start..end).map(pattern_byte).collect();
-        Ok::<_, Infallible>(Frame::data(Bytes::from(data)))
+        Ok::<_, BoxError>(Frame::data(Bytes::from(data)))
     });
     Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
         chunks,
     ))))
+}
+
+fn truncated_body(len: u64) -> Response<Body> {
+    let data: Vec<u8> = (0..len).map(pattern_byte).collect();
+    let frames = futures_util::stream::unfold(Some(Bytes::from(data)), |first| async move {
+        match first {
+            Some(data) => Some((Ok(Frame::data(data)), None)),
+            None => {
+                // Pending for a moment makes hyper flush the head and the first bytes: the
+                // client must see a response that started, then died.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Some((
+                    Err::<Frame<Bytes>, BoxError>("dying mid-body as asked".into()),
+                    None,
+                ))
+            }
+        }
+    });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+    resp.headers_mut()
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len * 2));
+    resp
 }
 
 /// Byte `i` of the deterministic pattern `/_/bytes/<n>` sends.
@@ -277,7 +369,7 @@ pub fn pattern_fnv1a64(len: u64) -> String {
 }
 
 fn full(body: impl Into<Bytes>) -> Body {
-    BodyExt::boxed(Full::new(body.into()))
+    BodyExt::boxed(Full::new(body.into()).map_err(|never: Infallible| match never {}))
 }
 
 /// Incremental FNV-1a (64 bit): the checksum `/_/stream` reports.

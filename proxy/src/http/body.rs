@@ -10,6 +10,20 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::PoolReturn;
+use crate::resilience::replay::{ReplayBody, ReplayError};
+
+/// Why a body stopped: the peer's stream failed, or (retried requests only) the replay buffer
+/// gave up. An enum rather than a box, so the common path pays nothing for the rare one.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The peer's stream failed (reset, closed early, bad framing).
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    /// A request body kept for retries: the client's stream failed, it outgrew the replay
+    /// buffer before a retry could resend it, or a retry took it over.
+    #[error(transparent)]
+    Replay(#[from] ReplayError<hyper::Error>),
+}
 
 /// A request or response body: streamed from a peer, or produced by the proxy.
 #[derive(Debug)]
@@ -22,6 +36,8 @@ pub enum ProxyBody {
     Incoming(Incoming),
     /// Streamed from a pooled upstream connection, returned to the pool once fully read.
     Pooled(Incoming, PoolReturn),
+    /// A request body that a retry may send again (only on routes that can retry a sent request).
+    Replay(ReplayBody<Incoming>),
 }
 
 impl ProxyBody {
@@ -38,13 +54,13 @@ impl ProxyBody {
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let polled = match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Incoming(b) => Pin::new(b).poll_frame(cx),
@@ -55,7 +71,13 @@ impl Body for ProxyBody {
                 }
                 polled
             }
-        }
+            ProxyBody::Replay(b) => {
+                return Pin::new(b)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(BodyError::Replay)));
+            }
+        };
+        polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -63,6 +85,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.is_end_stream(),
+            ProxyBody::Replay(b) => b.is_end_stream(),
         }
     }
 
@@ -71,6 +94,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.size_hint(),
+            ProxyBody::Replay(b) => b.size_hint(),
         }
     }
 }

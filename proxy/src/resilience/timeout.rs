@@ -77,6 +77,11 @@ impl Timeouts {
         }
     }
 
+    /// The request timeout, if any.
+    pub fn request(&self) -> Option<Duration> {
+        self.request
+    }
+
     /// The per-try timeout, if any.
     pub fn per_try(&self) -> Option<Duration> {
         self.per_try

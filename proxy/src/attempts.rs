@@ -1,0 +1,309 @@
+//! The timeout and retry stage around one upstream attempt: a deadline for the whole request
+//! (the route's `timeouts.request`, else the service's `timeout`, and the client's
+//! `grpc-timeout`), a deadline per try (`timeouts.backendRequest`), and retries as the route's
+//! [`RetryRule`] classifies each outcome, bounded by its attempts, the service's [`Budget`] and a
+//! jittered backoff.
+//!
+//! A response head goes back to the client only after it has been classified, so a retry is
+//! always decided before a byte of the response left the proxy: nothing is retried once a
+//! response streams. A request body is kept for a retry ([`ReplayBody`], up to 64 KiB) only on
+//! routes that may resend a sent request; everywhere else the body streams as it always did, and
+//! only what provably never reached an upstream (a refused connect) is tried again.
+//!
+//! [`Budget`]: crate::resilience::budget::Budget
+
+use std::{sync::Arc, time::Duration};
+
+use http::{request::Parts, HeaderMap, Method, Request, Response, Uri, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use crate::{
+    addr::EndpointAddr,
+    app::Shared,
+    balance::EndpointState,
+    discovery::index::ServiceTarget,
+    error::ProxyError,
+    forward,
+    http::{body::ProxyBody, pool::UpstreamProto},
+    metrics::RouteMetrics,
+    resilience::{
+        grpc,
+        policy::RoutePolicy,
+        replay::{ReplayBody, MAX_REPLAY},
+        retry::{Attempt, Outcome, Retry, RetryRule},
+        timeout::{self, Deadline, TimeoutKind, Timeouts},
+    },
+};
+
+/// Extra draws the balancer gets to find an endpoint other than the one that just failed.
+const REPICKS: usize = 2;
+
+/// Sends a prepared (non-upgrade) request to `svc` under `route`'s timeouts and retry rule;
+/// retries and budget refusals are counted on `metrics`.
+pub async fn run(
+    shared: &Shared,
+    svc: &ServiceTarget,
+    route: &RoutePolicy,
+    metrics: Option<&RouteMetrics>,
+    proto: UpstreamProto,
+    parts: Parts,
+    body: Incoming,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let grpc = grpc::is_grpc(&parts.headers);
+    let deadline = request_deadline(route, svc, &parts.headers, Instant::now());
+    let rule = &route.retry;
+    let budget = &svc.policy.budget;
+    budget.deposit();
+    let method = parts.method.clone();
+    let (source, first) = Source::choose(rule, &method, grpc, body);
+    // Only a route that may resend a sent request pays for a copy of the head.
+    let template = source.resendable().then(|| Template::of(&parts));
+    let (mut parts, mut body) = (parts, first);
+    let mut retries_done = 0;
+    let mut last: Option<EndpointAddr> = None;
+    loop {
+        let now = Instant::now();
+        let attempt_deadline = timeout::attempt_deadline(now, deadline, route.timeouts.per_try());
+        if let Some(d) = attempt_deadline.filter(|_| grpc) {
+            // The upstream gives up when we would: its answer after that is wasted work.
+            let left = grpc::format_timeout(d.remaining(now));
+            parts.headers.insert(grpc::GRPC_TIMEOUT, left);
+        }
+        let ep = pick(svc, last).ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
+        last = Some(ep.addr());
+        let tried = match attempt_deadline {
+            Some(d) => tokio::time::timeout_at(d.at, once(shared, ep, proto, parts, body))
+                .await
+                .unwrap_or(Tried::TimedOut(d.kind)),
+            None => once(shared, ep, proto, parts, body).await,
+        };
+        let attempt = Attempt {
+            method: &method,
+            grpc,
+            retries_done,
+            response_started: false,
+        };
+        let (wants, not_sent) = match &tried {
+            Tried::TimedOut(kind) if kind.ends_request() => {
+                return Err(ProxyError::Timeout(*kind));
+            }
+            Tried::Answered(r) => {
+                let outcome = Outcome::Response {
+                    status: r.status(),
+                    headers: r.headers(),
+                };
+                (rule.classify(&attempt, &outcome), false)
+            }
+            Tried::NotSent(..) => (rule.classify(&attempt, &Outcome::NotSent), true),
+            Tried::Failed(e) if e.is_retryable() => {
+                (rule.classify(&attempt, &Outcome::NotSent), true)
+            }
+            Tried::Failed(_) | Tried::TimedOut(_) => {
+                (rule.classify(&attempt, &Outcome::Lost), false)
+            }
+        };
+        let (result, back) = tried.into_parts();
+        if wants == Retry::No {
+            return result;
+        }
+        let next = back.or_else(|| Some((template.as_ref()?.parts(), source.again()?)));
+        let Some(next) = next else {
+            return result;
+        };
+        // Nothing reached the upstream, and the failed endpoint is now marked down: no reason
+        // to wait before the next one.
+        let delay = if not_sent {
+            Duration::ZERO
+        } else {
+            rule.backoff().delay(retries_done + 1)
+        };
+        if !timeout::leaves_room(deadline, Instant::now(), delay) {
+            return result;
+        }
+        if !budget.try_withdraw() {
+            if let Some(m) = metrics {
+                m.budget_exhausted();
+            }
+            return result;
+        }
+        if let Some(m) = metrics {
+            m.retry();
+        }
+        drop(result);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        retries_done += 1;
+        (parts, body) = next;
+    }
+}
+
+/// The request deadline: the route's own request timeout, else the backend service's `timeout`
+/// (gateway routes, and mesh routes whose service sets none), and an incoming `grpc-timeout`,
+/// whichever ends first.
+fn request_deadline(
+    route: &RoutePolicy,
+    svc: &ServiceTarget,
+    headers: &HeaderMap,
+    now: Instant,
+) -> Option<Deadline> {
+    let grpc_timeout = headers
+        .get(grpc::GRPC_TIMEOUT)
+        .and_then(grpc::parse_timeout);
+    let timeouts = match route.timeouts.request() {
+        Some(_) => route.timeouts,
+        None => Timeouts::new(route.source.timeouts.as_ref(), svc.policy.source.timeout),
+    };
+    timeouts.request_deadline(now, grpc_timeout)
+}
+
+/// An endpoint, preferably not `avoid` (the one the last attempt went to) when there is another.
+fn pick(svc: &ServiceTarget, avoid: Option<EndpointAddr>) -> Option<&Arc<EndpointState>> {
+    let first = svc.endpoints.pick()?;
+    if avoid != Some(first.addr()) || svc.endpoints.ready_len() < 2 {
+        return Some(first);
+    }
+    (0..REPICKS)
+        .find_map(|_| svc.endpoints.pick().filter(|e| Some(e.addr()) != avoid))
+        .or(Some(first))
+}
+
+/// What became of one attempt.
+enum Tried {
+    /// A response head arrived.
+    Answered(Response<ProxyBody>),
+    /// The connection could not be had: the request comes back untouched.
+    NotSent(ProxyError, Parts, ProxyBody),
+    /// The exchange failed after the request was handed over.
+    Failed(ProxyError),
+    /// The attempt's deadline passed.
+    TimedOut(TimeoutKind),
+}
+
+/// An attempt's answer, and its request when it came back unsent.
+type Settled = (
+    Result<Response<ProxyBody>, ProxyError>,
+    Option<(Parts, ProxyBody)>,
+);
+
+impl Tried {
+    /// The answer this attempt would give, and the request when it came back unsent.
+    fn into_parts(self) -> Settled {
+        match self {
+            Tried::Answered(r) => (Ok(r), None),
+            Tried::NotSent(e, p, b) => (Err(e), Some((p, b))),
+            Tried::Failed(e) => (Err(e), None),
+            Tried::TimedOut(kind) => (Err(ProxyError::Timeout(kind)), None),
+        }
+    }
+}
+
+/// One attempt on one endpoint: a connection, then the exchange up to the response head.
+async fn once(
+    shared: &Shared,
+    ep: &Arc<EndpointState>,
+    proto: UpstreamProto,
+    parts: Parts,
+    body: ProxyBody,
+) -> Tried {
+    let pool = shared.pools.get(ep.addr());
+    match pool.acquire(proto).await {
+        Ok(conn) => match forward::send(&pool, Some(ep), Some(conn), parts, body, false).await {
+            Ok(resp) => Tried::Answered(resp),
+            Err(e) => Tried::Failed(e),
+        },
+        Err(e) if e.is_retryable() => {
+            if matches!(e, ProxyError::Connect { .. }) {
+                ep.connect_failed();
+                metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
+            }
+            Tried::NotSent(e, parts, body)
+        }
+        Err(e) => Tried::Failed(e),
+    }
+}
+
+/// Where a retry's body comes from.
+enum Source {
+    /// The request has no body: every attempt sends none.
+    Empty,
+    /// A copy kept for retries (the first attempt reads the client's body through it).
+    Replay(ReplayBody<Incoming>),
+    /// The client's body streams once; only an attempt that never took it can be retried.
+    Once,
+}
+
+impl Source {
+    /// The source for this request and the first attempt's body. A body is wrapped only when
+    /// the rule could resend a sent request and the body may fit the replay buffer.
+    fn choose(
+        rule: &RetryRule,
+        method: &Method,
+        grpc: bool,
+        body: Incoming,
+    ) -> (Source, ProxyBody) {
+        let first = Attempt {
+            method,
+            grpc,
+            retries_done: 0,
+            response_started: false,
+        };
+        if rule.classify(&first, &Outcome::Lost) == Retry::No {
+            return (Source::Once, ProxyBody::Incoming(body));
+        }
+        if body.is_end_stream() {
+            return (Source::Empty, ProxyBody::Empty);
+        }
+        if body.size_hint().lower() > MAX_REPLAY as u64 {
+            return (Source::Once, ProxyBody::Incoming(body));
+        }
+        let replay = ReplayBody::new(body);
+        (Source::Replay(replay.clone()), ProxyBody::Replay(replay))
+    }
+
+    /// Whether a request already handed to an upstream could be sent again.
+    fn resendable(&self) -> bool {
+        !matches!(self, Source::Once)
+    }
+
+    /// The body for a retry; `None` once the body outgrew the replay buffer.
+    fn again(&self) -> Option<ProxyBody> {
+        match self {
+            Source::Empty => Some(ProxyBody::Empty),
+            Source::Replay(seed) => seed
+                .is_replayable()
+                .then(|| ProxyBody::Replay(seed.clone())),
+            Source::Once => None,
+        }
+    }
+}
+
+/// The request head, kept to rebuild it for a retry.
+struct Template {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+}
+
+impl Template {
+    fn of(p: &Parts) -> Self {
+        Self {
+            method: p.method.clone(),
+            uri: p.uri.clone(),
+            version: p.version,
+            headers: p.headers.clone(),
+        }
+    }
+
+    fn parts(&self) -> Parts {
+        let (mut p, ()) = Request::new(()).into_parts();
+        p.method = self.method.clone();
+        p.uri = self.uri.clone();
+        p.version = self.version;
+        p.headers = self.headers.clone();
+        p
+    }
+}
