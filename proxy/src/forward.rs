@@ -122,8 +122,8 @@ async fn send(
             Err(_) => {}
         }
     }
-    if let (Some(f), Ok(_)) = (inflight, &result) {
-        f.finish(started.elapsed());
+    if let Some(f) = inflight {
+        f.complete(&result, started.elapsed());
     }
     let mut resp = result?;
     // The downstream connection has its own version; hyper frames the response for it.

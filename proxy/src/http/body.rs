@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::PoolReturn;
+use crate::resilience::limit::Permit;
 
 /// A request or response body: streamed from a peer, or produced by the proxy.
 #[derive(Debug)]
@@ -22,6 +23,8 @@ pub enum ProxyBody {
     Incoming(Incoming),
     /// Streamed from a pooled upstream connection, returned to the pool once fully read.
     Pooled(Incoming, PoolReturn),
+    /// A response holding its service's concurrency slot until the body ends or is dropped.
+    Held(Box<ProxyBody>, Permit),
 }
 
 impl ProxyBody {
@@ -55,6 +58,7 @@ impl Body for ProxyBody {
                 }
                 polled
             }
+            ProxyBody::Held(b, _) => Pin::new(b.as_mut()).poll_frame(cx),
         }
     }
 
@@ -63,6 +67,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.is_end_stream(),
+            ProxyBody::Held(b, _) => b.is_end_stream(),
         }
     }
 
@@ -71,6 +76,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.size_hint(),
+            ProxyBody::Held(b, _) => b.size_hint(),
         }
     }
 }
