@@ -8,6 +8,7 @@
 //! - `/_/stream`: consumes a body of any size without buffering it and answers
 //!   `{"bytes": n, "fnv1a64": "<16 hex digits>"}` (compute the expectation with [`Fnv1a64`])
 //! - `/_/bytes/<n>`: a streamed body of `n` bytes of [`pattern_byte`]
+//! - `/_/slow-body/<ms>`: the head at once, its one-chunk body (`slow body\n`) after that delay
 //! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
 //!   every byte written on the upgraded stream is echoed back until the client closes.
 
@@ -139,6 +140,11 @@ async fn handle(
         stream_count(req).await
     } else if let Some(n) = path.strip_prefix("/_/bytes/").and_then(|n| n.parse().ok()) {
         pattern_body(n)
+    } else if let Some(ms) = path
+        .strip_prefix("/_/slow-body/")
+        .and_then(|m| m.parse().ok())
+    {
+        slow_body(Duration::from_millis(ms))
     } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
         echo(&state, req, status).await
@@ -256,6 +262,14 @@ fn pattern_body(len: u64) -> Response<Body> {
     Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
         chunks,
     ))))
+}
+
+fn slow_body(delay: Duration) -> Response<Body> {
+    let chunk = futures_util::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"slow body\n")))
+    });
+    Response::new(BodyExt::boxed(StreamBody::new(chunk)))
 }
 
 /// Byte `i` of the deterministic pattern `/_/bytes/<n>` sends.
