@@ -158,6 +158,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_upstream_429_costs_its_retry_after_in_latency_and_is_not_a_failure() {
+        let p = policy("consecutiveFailures: 1");
+        let s = set(None, &[1, 2]);
+        s.arm_breakers(Some(&p), "svc");
+        let e = &s.endpoints()[0];
+        let r: Result<http::Response<()>, _> = Ok(http::Response::builder()
+            .status(429)
+            .header("retry-after", "2")
+            .body(())
+            .expect("ok"));
+        e.start().complete(&r, Duration::from_millis(1));
+        s.endpoints()[1].start().finish(Duration::from_millis(5));
+        assert_eq!(e.rtt_estimate(), Duration::from_secs(2));
+        assert!(e.breaker_available(), "throttling is no failure");
+        for _ in 0..50 {
+            assert_eq!(
+                s.pick().map(|e| e.addr().0.port()),
+                Some(2),
+                "the cheaper one"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_floor_keeps_the_last_endpoint_in_service() {
         let p = policy("consecutiveFailures: 1");
         let s = set(None, &[1, 2]);
