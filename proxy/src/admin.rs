@@ -125,11 +125,10 @@ fn endpoints(shared: &Shared) -> serde_json::Value {
         .iter()
         .flat_map(|svc| {
             svc.endpoints.endpoints().iter().map(move |e| {
-                let down = !e.is_ready() || e.down_for().is_some();
                 serde_json::json!({
                     "service": svc.name,
                     "address": e.addr().0.to_string(),
-                    "state": if down { "down" } else { "ready" },
+                    "state": endpoint_state(e),
                     "in_flight": e.pending(),
                     "latency_ewma_ms": e.rtt_estimate().as_secs_f64() * 1000.0,
                 })
@@ -137,4 +136,19 @@ fn endpoints(shared: &Shared) -> serde_json::Value {
         })
         .collect();
     serde_json::Value::Array(list)
+}
+
+/// `down` (not ready, or backing off after connect failures), `ejected` (its circuit breaker is
+/// open), `probing` (the ejection ended; waiting for a probe to succeed), else `ready`.
+fn endpoint_state(e: &crate::balance::EndpointState) -> &'static str {
+    use crate::resilience::breaker::State;
+    if !e.is_ready() {
+        return "down";
+    }
+    match e.breaker().map(|b| b.state()) {
+        Some(State::Open) => "ejected",
+        Some(State::HalfOpen) => "probing",
+        _ if e.down_for().is_some() => "down",
+        _ => "ready",
+    }
 }

@@ -7,6 +7,8 @@ use http::{request::Parts, Response};
 use hyper::body::Incoming;
 
 use crate::{
+    addr::ClientAddr,
+    admission,
     app::Shared,
     discovery::index::{RouteSet, Snapshot},
     error::ProxyError,
@@ -24,7 +26,8 @@ pub struct Routed {
     pub result: Result<Response<ProxyBody>, ProxyError>,
 }
 
-/// Routes through `set`; `default_ns` resolves backendRefs without a namespace.
+/// Routes through `set`; `default_ns` resolves backendRefs without a namespace; `client` keys
+/// rate limits by client address.
 pub async fn route(
     shared: &Shared,
     snap: &Snapshot,
@@ -32,6 +35,7 @@ pub async fn route(
     mut parts: Parts,
     body: Incoming,
     default_ns: &str,
+    client: ClientAddr,
 ) -> Routed {
     let Some(sel) = set.table.select(&parts.method, &parts.uri, &parts.headers) else {
         return Routed {
@@ -80,12 +84,21 @@ pub async fn route(
         };
     };
     let policy = set.policy(route_idx).unwrap_or(&svc.default_route);
-    let result = forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body)
-        .await
-        .map(|resp| {
-            let (mut rp, b) = resp.into_parts();
-            routing::apply_response_filters(route, &mut rp);
-            Response::from_parts(rp, b)
-        });
+    let admitted =
+        match admission::admit(svc, policy, metrics.as_deref(), &parts.headers, client).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Routed {
+                    metrics,
+                    result: Err(e),
+                }
+            }
+        };
+    let result = forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body).await;
+    let result = admitted.finish(result).map(|resp| {
+        let (mut rp, b) = resp.into_parts();
+        routing::apply_response_filters(route, &mut rp);
+        Response::from_parts(rp, b)
+    });
     Routed { metrics, result }
 }

@@ -5,7 +5,11 @@ use std::io;
 
 use http::{header::HeaderValue, Response, StatusCode};
 
-use crate::{addr::EndpointAddr, http::body::ProxyBody, resilience::timeout::TimeoutKind};
+use crate::{
+    addr::EndpointAddr,
+    http::body::ProxyBody,
+    resilience::{limit::Shed, rate_limit::RetryAfter, timeout::TimeoutKind},
+};
 
 /// Header naming the cause of a response the proxy produced itself.
 pub const ERROR_HEADER: &str = "weir-proxy-error";
@@ -28,6 +32,18 @@ pub enum ProxyError {
     /// The service has no ready endpoint.
     #[error("no ready endpoint for service {0}")]
     NoEndpoints(String),
+    /// Every endpoint of the service stayed ejected by its breaker for the failfast wait.
+    #[error("every endpoint of service {0} is ejected")]
+    NoReadyEndpoints(String),
+    /// A route or service rate limit is spent; come back after the wait.
+    #[error("rate limit exceeded")]
+    RateLimited(RetryAfter),
+    /// The route's circuit breaker is open.
+    #[error("the route's circuit breaker is open")]
+    RouteCircuitOpen,
+    /// The service's concurrency limit shed the request.
+    #[error("{0}")]
+    Shed(Shed),
     /// The connection to the proxy's own listener was refused (would loop).
     #[error("destination is this proxy's own listener")]
     Loop,
@@ -79,6 +95,10 @@ impl ProxyError {
             ProxyError::NoBackend => "no-backend",
             ProxyError::UnknownService(_) => "unknown-service",
             ProxyError::NoEndpoints(_) => "no-endpoints",
+            ProxyError::NoReadyEndpoints(_) => "no-ready-endpoints",
+            ProxyError::RateLimited(_) => "rate-limited",
+            ProxyError::RouteCircuitOpen => "route-circuit-open",
+            ProxyError::Shed(s) => s.name(),
             ProxyError::Loop => "loop",
             ProxyError::Connect { .. } => "connect-failed",
             ProxyError::Upstream { .. } => "upstream-failed",
@@ -92,9 +112,12 @@ impl ProxyError {
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoBackend => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::UnknownService(_) | ProxyError::NoEndpoints(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::UnknownService(_)
+            | ProxyError::NoEndpoints(_)
+            | ProxyError::NoReadyEndpoints(_)
+            | ProxyError::RouteCircuitOpen
+            | ProxyError::Shed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::Loop => StatusCode::LOOP_DETECTED,
             ProxyError::Connect { .. }
             | ProxyError::Upstream { .. }
@@ -108,6 +131,7 @@ impl ProxyError {
             ProxyError::BadRequest(_) => "13",
             ProxyError::NoRoute | ProxyError::NoBackend => "12",
             ProxyError::Timeout(_) => "4",
+            ProxyError::RateLimited(_) => "8",
             _ => "14",
         }
     }
@@ -139,6 +163,10 @@ pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
     };
     resp.headers_mut()
         .insert(ERROR_HEADER, HeaderValue::from_static(e.name()));
+    if let ProxyError::RateLimited(wait) = e {
+        resp.headers_mut()
+            .insert(http::header::RETRY_AFTER, wait.header_value());
+    }
     if matches!(e, ProxyError::BadRequest(_)) {
         resp.headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -181,6 +209,27 @@ mod tests {
             assert_eq!(g.status(), StatusCode::OK);
             assert_eq!(g.headers()["grpc-status"], "4");
         }
+    }
+
+    #[test]
+    fn a_rate_limited_request_gets_429_with_retry_after_or_resource_exhausted() {
+        let e = ProxyError::RateLimited(RetryAfter(std::time::Duration::from_millis(1500)));
+        let r = rescue(&e, false);
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
+        assert_eq!(r.headers()[ERROR_HEADER], "rate-limited");
+        let g = rescue(&e, true);
+        assert_eq!(g.headers()["grpc-status"], "8");
+    }
+
+    #[test]
+    fn shed_requests_name_why_in_the_error_header() {
+        let r = rescue(&ProxyError::Shed(Shed::QueueFull), false);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[ERROR_HEADER], "overloaded");
+        let r = rescue(&ProxyError::RouteCircuitOpen, true);
+        assert_eq!(r.headers()["grpc-status"], "14");
+        assert_eq!(r.headers()[ERROR_HEADER], "route-circuit-open");
     }
 
     #[test]

@@ -118,8 +118,8 @@ pub(crate) async fn send(
             Err(_) => {}
         }
     }
-    if let (Some(f), Ok(_)) = (inflight, &result) {
-        f.finish(started.elapsed());
+    if let Some(f) = inflight {
+        f.complete(&result, started.elapsed());
     }
     let mut resp = result?;
     // The downstream connection has its own version; hyper frames the response for it.

@@ -26,7 +26,16 @@ pub async fn request(
         return (snap.gateway_unmatched.clone(), Err(e));
     }
     headers::add_forwarded(&mut parts.headers, conn.client.0.ip(), "http");
-    let routed = dispatch::route(shared, &snap, &snap.gateway, parts, body, "default").await;
+    let routed = dispatch::route(
+        shared,
+        &snap,
+        &snap.gateway,
+        parts,
+        body,
+        "default",
+        conn.client,
+    )
+    .await;
     // A routed request was counted on its route; an unrouted one still arrived.
     let metrics = routed.metrics.unwrap_or_else(|| {
         snap.gateway_unmatched.request();

@@ -7,6 +7,7 @@ use hyper::body::Incoming;
 
 use crate::{
     addr::EndpointAddr,
+    admission::{self, Admitted},
     app::{ConnInfo, Shared},
     error::ProxyError,
     forward,
@@ -24,7 +25,8 @@ pub async fn request(
     let Some(dst) = conn.orig_dst else {
         return (snap.passthrough.clone(), Err(ProxyError::NoRoute));
     };
-    let m = snap.by_endpoint(dst.0).map_or_else(
+    let svc = snap.by_endpoint(dst.0);
+    let m = svc.map_or_else(
         || shared.inbound_unknown.clone(),
         |s| s.default_metrics[1].clone(),
     );
@@ -33,9 +35,14 @@ pub async fn request(
     if let Err(e) = headers::validate_request(&parts) {
         return (m, Err(e));
     }
+    let admitted = match svc {
+        Some(s) => match admission::admit_inbound(s, &m, &parts.headers, conn.client).await {
+            Ok(a) => a,
+            Err(e) => return (m, Err(e)),
+        },
+        None => Admitted::default(),
+    };
     let proto = forward::same_as(parts.version);
-    (
-        m.clone(),
-        forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
-    )
+    let result = forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await;
+    (m, admitted.finish(result))
 }

@@ -3,6 +3,7 @@
 
 pub mod addr;
 pub mod admin;
+pub mod admission;
 pub mod app;
 pub mod attempts;
 pub mod balance;

@@ -42,6 +42,10 @@ pub const CONTROL_CONNECTED: &str = "weir_control_connected";
 pub const CONTROL_WATCHES: &str = "weir_control_watches";
 pub const CONTROL_UPDATES: &str = "weir_control_updates_total";
 pub const CONTROL_RECONNECTS: &str = "weir_control_reconnects_total";
+pub const BREAKER_TRANSITIONS: &str = "weir_breaker_transitions_total";
+pub const ENDPOINTS_EJECTED: &str = "weir_endpoints_ejected";
+pub const RATE_LIMITED: &str = "weir_rate_limited_total";
+pub const LOAD_SHED: &str = "weir_load_shed_total";
 
 /// Latency buckets in seconds: 0.5 ms to 30 s.
 const BUCKETS: &[f64] = &[
@@ -126,6 +130,22 @@ fn describe() {
         "Updates received from the control plane, by result (snapshot, no_such_target, invalid)."
     );
     describe_counter!(
+        BREAKER_TRANSITIONS,
+        "Endpoint circuit-breaker changes, by service and new state (open, half_open, closed; refused: an ejection the minReadyEndpoints floor prevented)."
+    );
+    metrics::describe_gauge!(
+        ENDPOINTS_EJECTED,
+        "Endpoints of a service currently ejected (or probing) by their circuit breakers."
+    );
+    describe_counter!(
+        RATE_LIMITED,
+        "Requests answered 429 by a route or service rate limit, by direction, service and route."
+    );
+    describe_counter!(
+        LOAD_SHED,
+        "Requests shed by a service's concurrency limit, by reason (overloaded: queue full; queue-timeout)."
+    );
+    describe_counter!(
         CONTROL_RECONNECTS,
         "Watch streams to the control plane that failed and were reopened after a backoff."
     );
@@ -137,9 +157,12 @@ pub struct RouteMetrics {
     requests: Counter,
     duration: Histogram,
     by_code: Box<[OnceLock<Counter>]>,
-    // Registered on first use: most routes never retry, and need no series saying so.
+    // Registered on first use: most routes never retry nor limit anything, and need no series
+    // saying so.
     retries: OnceLock<Counter>,
     budget_exhausted: OnceLock<Counter>,
+    rate_limited: OnceLock<Counter>,
+    shed: [OnceLock<Counter>; 2],
 }
 
 impl std::fmt::Debug for RouteMetrics {
@@ -165,6 +188,8 @@ impl RouteMetrics {
             by_code: (100..600).map(|_| OnceLock::new()).collect(),
             retries: OnceLock::new(),
             budget_exhausted: OnceLock::new(),
+            rate_limited: OnceLock::new(),
+            shed: Default::default(),
             labels,
         })
     }
@@ -200,6 +225,26 @@ impl RouteMetrics {
     pub fn budget_exhausted(&self) {
         self.budget_exhausted
             .get_or_init(|| metrics::counter!(RETRY_BUDGET_EXHAUSTED, self.labels.iter()))
+            .increment(1);
+    }
+
+    /// A rate limit answered 429.
+    pub fn rate_limited(&self) {
+        self.rate_limited
+            .get_or_init(|| metrics::counter!(RATE_LIMITED, self.labels.iter()))
+            .increment(1);
+    }
+
+    /// The concurrency limit shed a request.
+    pub fn shed(&self, why: crate::resilience::limit::Shed) {
+        use crate::resilience::limit::Shed;
+        let slot = usize::from(why == Shed::Timeout);
+        self.shed[slot]
+            .get_or_init(|| {
+                let mut l = self.labels.to_vec();
+                l.push(Label::new("reason", why.name()));
+                metrics::counter!(LOAD_SHED, l.iter())
+            })
             .increment(1);
     }
 

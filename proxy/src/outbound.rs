@@ -9,6 +9,7 @@ use hyper::body::Incoming;
 
 use crate::{
     addr::{EndpointAddr, OrigDstAddr},
+    admission,
     app::{ConnInfo, Shared},
     discovery::index::{ServiceTarget, Snapshot},
     dispatch,
@@ -54,8 +55,20 @@ pub async fn request(
     if svc.routes.table.is_empty() {
         let m = svc.default_metrics[0].clone();
         m.request();
-        let routed = forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body);
-        return (m.clone(), routed.await);
+        let admitted = admission::admit(
+            svc,
+            &svc.default_route,
+            Some(&m),
+            &parts.headers,
+            conn.client,
+        );
+        let admitted = match admitted.await {
+            Ok(a) => a,
+            Err(e) => return (m, Err(e)),
+        };
+        let result =
+            forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body).await;
+        return (m, admitted.finish(result));
     }
     let routed = dispatch::route(
         shared,
@@ -64,6 +77,7 @@ pub async fn request(
         parts,
         body,
         &svc.service.namespace,
+        conn.client,
     )
     .await;
     (

@@ -3,6 +3,7 @@
 mod admin;
 mod bad_input;
 mod bodies;
+mod breaker;
 mod control;
 mod gateway;
 mod grpc;
@@ -11,6 +12,7 @@ mod h2;
 mod h2_abuse;
 mod infra;
 mod lifecycle;
+mod rate_limit;
 mod registry;
 mod retries;
 mod tcp;

@@ -10,12 +10,13 @@
 //! - `/_/bytes/<n>`: a streamed body of `n` bytes of [`pattern_byte`]
 //! - `/_/truncate/<n>`: a `200` head announcing `2n` bytes, `n` bytes of [`pattern_byte`], then
 //!   the connection dies (a response that fails while streaming)
+//! - `/_/slow-body/<ms>`: the head at once, its one-chunk body (`slow body\n`) after that delay
+//! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
+//!   every byte written on the upgraded stream is echoed back until the client closes.
 //!
 //! Misbehaviour on demand, for any path: [`TestBackend::force_status`] (every request), and
 //! [`TestBackend::fail_next`] (the next `n` requests: a status, a delay, or a connection dropped
 //! after part of the request body was read).
-//! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
-//!   every byte written on the upgraded stream is echoed back until the client closes.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -211,6 +212,11 @@ async fn normal(
         .and_then(|n| n.parse().ok())
     {
         truncated_body(n)
+    } else if let Some(ms) = path
+        .strip_prefix("/_/slow-body/")
+        .and_then(|m| m.parse().ok())
+    {
+        slow_body(Duration::from_millis(ms))
     } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
         echo(state, req, status).await
@@ -348,6 +354,14 @@ fn truncated_body(len: u64) -> Response<Body> {
     resp.headers_mut()
         .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len * 2));
     resp
+}
+
+fn slow_body(delay: Duration) -> Response<Body> {
+    let chunk = futures_util::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"slow body\n")))
+    });
+    Response::new(BodyExt::boxed(StreamBody::new(chunk)))
 }
 
 /// Byte `i` of the deterministic pattern `/_/bytes/<n>` sends.

@@ -8,8 +8,18 @@ use std::{
     time::Duration,
 };
 
+use arc_swap::ArcSwapOption;
+use http::Response;
+
 use super::{ewma::PeakEwma, now_nanos, unit_random, BalanceConfig};
-use crate::addr::EndpointAddr;
+use crate::{
+    addr::EndpointAddr,
+    error::ProxyError,
+    resilience::{
+        breaker::{Admission, CircuitBreaker},
+        outcome,
+    },
+};
 
 /// Per-address balancer state, shared by every worker thread and kept across registry reloads.
 #[derive(Debug)]
@@ -24,6 +34,10 @@ pub struct EndpointState {
     failures: AtomicU32,
     backoff_base: Duration,
     backoff_max: Duration,
+    /// The service policy's breaker for this endpoint, if it has one (swapped on reload).
+    breaker: ArcSwapOption<CircuitBreaker>,
+    /// Whether `breaker` is set: a relaxed load instead of an `ArcSwap` one when it is not.
+    armed: AtomicBool,
 }
 
 impl EndpointState {
@@ -49,7 +63,32 @@ impl EndpointState {
             failures: AtomicU32::new(0),
             backoff_base: config.backoff_base,
             backoff_max: config.backoff_max,
+            breaker: ArcSwapOption::empty(),
+            armed: AtomicBool::new(false),
         })
+    }
+
+    /// The endpoint's circuit breaker, when the service's policy has one.
+    pub fn breaker(&self) -> Option<Arc<CircuitBreaker>> {
+        if !self.armed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.breaker.load_full()
+    }
+
+    pub(super) fn set_breaker(&self, breaker: Option<Arc<CircuitBreaker>>) {
+        self.armed.store(breaker.is_some(), Ordering::Relaxed);
+        self.breaker.store(breaker);
+    }
+
+    /// Whether the breaker lets a request through now (no breaker: always).
+    pub fn breaker_available(&self) -> bool {
+        !self.armed.load(Ordering::Relaxed)
+            || self
+                .breaker
+                .load()
+                .as_ref()
+                .is_none_or(|b| b.is_available())
     }
 
     /// The address this state describes.
@@ -74,10 +113,18 @@ impl EndpointState {
     }
 
     /// Counts a request as in flight until the returned guard is finished or dropped.
+    /// With a breaker, the request is admitted by it: on a half-open endpoint the first request
+    /// to start is the probe (a request racing it goes on uncounted).
     pub fn start(self: &Arc<Self>) -> InFlight {
         self.pending.fetch_add(1, Ordering::AcqRel);
+        let admission = if self.armed.load(Ordering::Relaxed) {
+            self.breaker.load().as_ref().and_then(|b| b.try_admit())
+        } else {
+            None
+        };
         InFlight {
             endpoint: Arc::clone(self),
+            admission,
         }
     }
 
@@ -189,6 +236,7 @@ fn nanos_u64(d: Duration) -> u64 {
 #[must_use = "dropping it at once ends the request"]
 pub struct InFlight {
     endpoint: Arc<EndpointState>,
+    admission: Option<Admission>,
 }
 
 impl InFlight {
@@ -200,6 +248,18 @@ impl InFlight {
     /// Ends the request, recording how long the endpoint took.
     pub fn finish(self, rtt: Duration) {
         self.endpoint.ewma.observe(rtt, now_nanos());
+    }
+
+    /// Ends the request with its result: the breaker hears whether the upstream failed, and an
+    /// answer is a latency sample, raised to the penalty an upstream 429 / `Retry-After` asks.
+    pub fn complete<B>(mut self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
+        if let (Some(a), Some(failed)) = (self.admission.take(), outcome::is_failure(result)) {
+            a.record(!failed);
+        }
+        if let Ok(resp) = result {
+            let penalty = outcome::throttle_penalty(resp).unwrap_or_default();
+            self.finish(rtt.max(penalty));
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! (latency, in-flight requests, connect failures); it is shared by every worker thread through
 //! atomics and carried across rebuilds, so an edit to the registry does not forget it.
 
+mod breakers;
 mod endpoint;
 mod ewma;
 mod p2c;

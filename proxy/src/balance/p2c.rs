@@ -98,7 +98,8 @@ impl EndpointSet {
 
     /// Picks an endpoint with this thread's random number generator.
     ///
-    /// `None` only when no endpoint is ready. Endpoints down after connect failures are skipped,
+    /// `None` when no endpoint is ready, or every ready one is ejected by its circuit breaker.
+    /// Endpoints down after connect failures are skipped,
     /// but when every ready endpoint is down the one that comes back soonest is returned anyway:
     /// one connect attempt per request beats failing every request until a backoff ends, and a
     /// failure while down does not lengthen the backoff.
@@ -116,11 +117,14 @@ impl EndpointSet {
     pub fn pick_with<R: Rng + ?Sized>(&self, rng: &mut R) -> Option<&Arc<EndpointState>> {
         let ready = &self.inner.ready;
         if ready.len() <= 1 {
-            return ready.first();
+            return ready.first().filter(|s| s.breaker_available());
         }
         let now = now_nanos();
         let Some(a) = self.draw(rng, now, None) else {
-            return ready.iter().min_by_key(|s| s.down_until_nanos());
+            return ready
+                .iter()
+                .filter(|s| s.breaker_available())
+                .min_by_key(|s| s.down_until_nanos());
         };
         let (a, b) = match self.draw(rng, now, Some(a)) {
             Some(b) => (&ready[a], &ready[b]),
@@ -139,7 +143,9 @@ impl EndpointSet {
         let Inner {
             ready, cumulative, ..
         } = &*self.inner;
-        let available = |i: usize| Some(i) != exclude && ready[i].down_until_nanos() <= now;
+        let available = |i: usize| {
+            Some(i) != exclude && ready[i].down_until_nanos() <= now && ready[i].breaker_available()
+        };
         let total = cumulative.last().copied().unwrap_or(0);
         if total == 0 {
             return None;

@@ -178,6 +178,9 @@ impl Snapshot {
                 let prev_svc = prev.and_then(|p| p.service(&svc.name, &svc.namespace));
                 let prev_set = prev_svc.map(|t| &t.endpoints);
                 let timeout = svc.policy.timeout;
+                let policy = ServicePolicy::build(&svc.policy, prev_svc.map(|t| &t.policy));
+                let endpoints = EndpointSet::rebuild(prev_set, &svc.endpoints, &balance);
+                endpoints.arm_breakers(policy.breaker.as_ref(), &name);
                 Arc::new(ServiceTarget {
                     routes: RouteSet::new(
                         &svc.routes,
@@ -188,13 +191,13 @@ impl Snapshot {
                         timeout,
                         prev_svc.map(|t| &t.routes),
                     ),
-                    policy: ServicePolicy::build(&svc.policy, prev_svc.map(|t| &t.policy)),
+                    policy,
                     default_route: RoutePolicy::build(
                         &Route::default(),
                         timeout,
                         prev_svc.map(|t| &t.default_route),
                     ),
-                    endpoints: EndpointSet::rebuild(prev_set, &svc.endpoints, &balance),
+                    endpoints,
                     default_metrics: [
                         RouteMetrics::new(Direction::Outbound, &name, "default"),
                         RouteMetrics::new(Direction::Inbound, &name, "default"),

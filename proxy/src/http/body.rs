@@ -10,7 +10,10 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::PoolReturn;
-use crate::resilience::replay::{ReplayBody, ReplayError};
+use crate::resilience::{
+    limit::Permit,
+    replay::{ReplayBody, ReplayError},
+};
 
 /// Why a body stopped: the peer's stream failed, or (retried requests only) the replay buffer
 /// gave up. An enum rather than a box, so the common path pays nothing for the rare one.
@@ -38,6 +41,8 @@ pub enum ProxyBody {
     Pooled(Incoming, PoolReturn),
     /// A request body that a retry may send again (only on routes that can retry a sent request).
     Replay(ReplayBody<Incoming>),
+    /// A response holding its service's concurrency slot until the body ends or is dropped.
+    Held(Box<ProxyBody>, Permit),
 }
 
 impl ProxyBody {
@@ -76,6 +81,7 @@ impl Body for ProxyBody {
                     .poll_frame(cx)
                     .map(|f| f.map(|r| r.map_err(BodyError::Replay)));
             }
+            ProxyBody::Held(b, _) => return Pin::new(b.as_mut()).poll_frame(cx),
         };
         polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
@@ -86,6 +92,7 @@ impl Body for ProxyBody {
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.is_end_stream(),
             ProxyBody::Replay(b) => b.is_end_stream(),
+            ProxyBody::Held(b, _) => b.is_end_stream(),
         }
     }
 
@@ -95,6 +102,7 @@ impl Body for ProxyBody {
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.size_hint(),
             ProxyBody::Replay(b) => b.size_hint(),
+            ProxyBody::Held(b, _) => b.size_hint(),
         }
     }
 }

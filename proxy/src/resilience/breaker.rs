@@ -163,6 +163,29 @@ impl CircuitBreaker {
         }
     }
 
+    /// How much longer the ejection lasts: `None` when closed, zero once half-open.
+    pub fn ejected_for(&self) -> Option<Duration> {
+        match self.ejected_until.load(Ordering::Acquire) {
+            0 => None,
+            until => Some(Duration::from_nanos(until.saturating_sub(now_nanos()))),
+        }
+    }
+
+    /// The policy it was built from (a reload keeps the breaker only when this is unchanged).
+    pub fn policy(&self) -> &BreakerPolicy {
+        &self.policy
+    }
+
+    /// The gate it counts against (shared by its endpoint set).
+    pub fn gate(&self) -> &Arc<EjectionGate> {
+        &self.gate
+    }
+
+    /// Its observer, for breakers added to the same set later.
+    pub fn observer(&self) -> Option<&Observer> {
+        self.observer.as_ref()
+    }
+
     /// Admits a request, or `None` while ejected (and while another request is the probe).
     /// Report the outcome through the returned [`Admission`].
     pub fn try_admit(self: &Arc<Self>) -> Option<Admission> {

@@ -9,6 +9,7 @@ pub mod breaker;
 pub mod budget;
 pub mod grpc;
 pub mod limit;
+pub mod outcome;
 pub mod policy;
 pub mod rate_limit;
 pub mod replay;

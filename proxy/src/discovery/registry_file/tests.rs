@@ -379,3 +379,25 @@ fn several_problems_display_one_per_line() {
     .expect_err("duplicates");
     assert_eq!(two.to_string().lines().count(), 2);
 }
+
+#[test]
+fn bad_rate_limits_and_an_empty_success_rate_window_are_reported_where_they_stand() {
+    let text = "services:
+  - name: api
+    policy:
+      rateLimit: { requestsPerSecond: 0, key: header:bad header }
+      circuitBreaker: { successRate: { threshold: 0.5, window: 0s } }
+    routes:
+      - backendRefs: [{ name: api }]
+        rateLimit: { requestsPerSecond: 5, key: ip }
+";
+    assert_eq!(
+        problems(text),
+        [
+            "registry.yaml:4:39: services[0].policy.rateLimit.requestsPerSecond: must be a positive number, got 0",
+            "registry.yaml:4:47: services[0].policy.rateLimit.key: invalid header name \"bad header\"",
+            "registry.yaml:5:64: services[0].policy.circuitBreaker.successRate.window: must be longer than 0",
+            "registry.yaml:8:49: services[0].routes[0].rateLimit.key: expected none, client or header:<name>, got \"ip\"",
+        ]
+    );
+}

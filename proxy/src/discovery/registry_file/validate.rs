@@ -7,7 +7,10 @@ use std::{
 };
 
 use super::locate::Seg;
-use crate::model::{BackendRef, CircuitBreakerPolicy, Filter, Registry, Route};
+use crate::{
+    model::{BackendRef, CircuitBreakerPolicy, Filter, RateLimitPolicy, Registry, Route},
+    resilience::rate_limit::RateKey,
+};
 
 /// A semantic problem: where (a path into the document) and why.
 pub(super) struct Issue {
@@ -91,6 +94,13 @@ pub(super) fn validate(registry: &mut Registry) -> Vec<Issue> {
                 &mut push,
             );
         }
+        if let Some(rl) = &svc.policy.rate_limit {
+            check_rate_limit(
+                rl,
+                at(&[Seg::Key("policy"), Seg::Key("rateLimit")]),
+                &mut push,
+            );
+        }
     }
 
     let known: HashSet<(&str, &str)> = names.into_keys().collect();
@@ -126,12 +136,31 @@ fn check_breaker(
 ) {
     if let Some(sr) = &cb.success_rate {
         if !(0.0..=1.0).contains(&sr.threshold) {
-            let path = [path, vec![Seg::Key("successRate"), Seg::Key("threshold")]].concat();
+            let path = [
+                path.as_slice(),
+                &[Seg::Key("successRate"), Seg::Key("threshold")],
+            ]
+            .concat();
             push(
                 path,
                 format!("must be between 0 and 1, got {}", sr.threshold),
             );
         }
+        if sr.window.0.is_zero() {
+            let path = [path, vec![Seg::Key("successRate"), Seg::Key("window")]].concat();
+            push(path, "must be longer than 0".into());
+        }
+    }
+}
+
+fn check_rate_limit(rl: &RateLimitPolicy, path: Vec<Seg>, push: &mut impl FnMut(Vec<Seg>, String)) {
+    let rps = rl.requests_per_second;
+    if !(rps.is_finite() && rps > 0.0) {
+        let at = [path.as_slice(), &[Seg::Key("requestsPerSecond")]].concat();
+        push(at, format!("must be a positive number, got {rps}"));
+    }
+    if let Err(e) = RateKey::parse(rl.key.as_deref()) {
+        push([path, vec![Seg::Key("key")]].concat(), e);
     }
 }
 
@@ -205,6 +234,9 @@ impl<P: FnMut(Vec<Seg>, String)> RouteCheck<'_, P> {
         }
         if let Some(cb) = &route.circuit_breaker {
             check_breaker(cb, at(&[Seg::Key("circuitBreaker")]), self.push);
+        }
+        if let Some(rl) = &route.rate_limit {
+            check_rate_limit(rl, at(&[Seg::Key("rateLimit")]), self.push);
         }
     }
 
