@@ -50,7 +50,7 @@ pub async fn route(
     if let Some(m) = &metrics {
         m.request();
     }
-    let delay =
+    let (delay, mirrored) =
         match routing::apply_request_filters(&sel, &mut parts, || rand::random::<f64>() * 100.0) {
             RequestOutcome::Respond(resp) => {
                 return Routed {
@@ -58,7 +58,7 @@ pub async fn route(
                     result: Ok(resp.map(|()| ProxyBody::empty())),
                 };
             }
-            RequestOutcome::Continue { delay, .. } => delay,
+            RequestOutcome::Continue { delay, mirrors } => (delay, !mirrors.is_empty()),
         };
     let Some(backend) = picked else {
         return Routed {
@@ -79,6 +79,16 @@ pub async fn route(
             result: Err(ProxyError::UnknownService(format!("{}.{ns}", backend.name))),
         };
     };
+    let body = crate::mirror::start(
+        mirrored,
+        shared,
+        snap,
+        set,
+        route_idx,
+        metrics.as_ref(),
+        &parts,
+        body,
+    );
     let result = forward::to_service(shared, svc, parts, body)
         .await
         .map(|resp| {

@@ -28,7 +28,7 @@ pub async fn to_service(
     shared: &Shared,
     svc: &ServiceTarget,
     mut parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let proto = match svc.service.app_protocol {
         Some(AppProtocol::H2c | AppProtocol::Grpc) => UpstreamProto::H2,
@@ -86,11 +86,11 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, body, upgrade).await
+    send(&pool, None, conn, parts, body.into(), upgrade).await
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.
-fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
+pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
     let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
     strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
     set_target(parts, proto)?;
@@ -103,16 +103,13 @@ async fn send(
     state: Option<&Arc<EndpointState>>,
     conn: Option<Conn>,
     parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
     upgrade: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let inflight = state.map(|s| s.start());
     let started = Instant::now();
     let result = match conn {
-        Some(conn) if !upgrade => {
-            pool.send(conn, Request::from_parts(parts, ProxyBody::Incoming(body)))
-                .await
-        }
+        Some(conn) if !upgrade => pool.send(conn, Request::from_parts(parts, body)).await,
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
     };
     if let Some(s) = state {
@@ -194,7 +191,7 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
 async fn upgrade_and_forward(
     pool: &EndpointPool,
     parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let mut parts = parts;
     let downstream = parts
@@ -203,7 +200,7 @@ async fn upgrade_and_forward(
         .ok_or(ProxyError::BadRequest(
             "upgrade on a connection that cannot switch protocols",
         ))?;
-    let req = Request::from_parts(parts, ProxyBody::Incoming(body));
+    let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream = hyper::upgrade::on(&mut resp);

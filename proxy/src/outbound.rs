@@ -54,7 +54,10 @@ pub async fn request(
     if svc.routes.table.is_empty() {
         let m = svc.default_metrics[0].clone();
         m.request();
-        return (m, forward::to_service(shared, svc, parts, body).await);
+        return (
+            m,
+            forward::to_service(shared, svc, parts, body.into()).await,
+        );
     }
     let routed = dispatch::route(
         shared,

@@ -22,6 +22,16 @@ pub enum ProxyBody {
     Incoming(Incoming),
     /// Streamed from a pooled upstream connection, returned to the pool once fully read.
     Pooled(Incoming, PoolReturn),
+    /// A gRPC response counted in metrics when its trailers pass.
+    Classified(Box<crate::classify::Classified>),
+    /// A request body streamed on while a copy is kept for mirrors.
+    Tee(Box<crate::mirror::tee::Tee<Incoming>>),
+}
+
+impl From<Incoming> for ProxyBody {
+    fn from(b: Incoming) -> Self {
+        ProxyBody::Incoming(b)
+    }
 }
 
 impl ProxyBody {
@@ -55,6 +65,8 @@ impl Body for ProxyBody {
                 }
                 polled
             }
+            ProxyBody::Classified(c) => c.poll_frame(cx),
+            ProxyBody::Tee(t) => t.poll_frame(cx),
         }
     }
 
@@ -63,6 +75,8 @@ impl Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.is_end_stream(),
+            ProxyBody::Classified(c) => c.inner().is_end_stream(),
+            ProxyBody::Tee(t) => t.inner().is_end_stream(),
         }
     }
 
@@ -71,6 +85,8 @@ impl Body for ProxyBody {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.size_hint(),
+            ProxyBody::Classified(c) => c.inner().size_hint(),
+            ProxyBody::Tee(t) => t.inner().size_hint(),
         }
     }
 }
