@@ -16,7 +16,6 @@ use std::{sync::Arc, time::Duration};
 
 use http::{request::Parts, HeaderMap, Method, Request, Response, Uri, Version};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::{
@@ -26,7 +25,10 @@ use crate::{
     discovery::index::ServiceTarget,
     error::ProxyError,
     forward,
-    http::{body::ProxyBody, pool::UpstreamProto},
+    http::{
+        body::{ClientBody, ProxyBody},
+        pool::UpstreamProto,
+    },
     metrics::RouteMetrics,
     resilience::{
         grpc,
@@ -49,7 +51,7 @@ pub async fn run(
     metrics: Option<&RouteMetrics>,
     proto: UpstreamProto,
     parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let grpc = grpc::is_grpc(&parts.headers);
     let deadline = request_deadline(route, svc, &parts.headers, Instant::now());
@@ -230,7 +232,7 @@ enum Source {
     /// The request has no body: every attempt sends none.
     Empty,
     /// A copy kept for retries (the first attempt reads the client's body through it).
-    Replay(ReplayBody<Incoming>),
+    Replay(ReplayBody<ClientBody>),
     /// The client's body streams once; only an attempt that never took it can be retried.
     Once,
 }
@@ -242,7 +244,7 @@ impl Source {
         rule: &RetryRule,
         method: &Method,
         grpc: bool,
-        body: Incoming,
+        body: ProxyBody,
     ) -> (Source, ProxyBody) {
         let first = Attempt {
             method,
@@ -251,15 +253,21 @@ impl Source {
             response_started: false,
         };
         if rule.classify(&first, &Outcome::Lost) == Retry::No {
-            return (Source::Once, ProxyBody::Incoming(body));
+            return (Source::Once, body);
         }
         if body.is_end_stream() {
             return (Source::Empty, ProxyBody::Empty);
         }
         if body.size_hint().lower() > MAX_REPLAY as u64 {
-            return (Source::Once, ProxyBody::Incoming(body));
+            return (Source::Once, body);
         }
-        let replay = ReplayBody::new(body);
+        let client = match body {
+            ProxyBody::Incoming(b) => ClientBody::Plain(b),
+            ProxyBody::Tee(t) => ClientBody::Teed(t),
+            // Bodies the proxy made itself are not forwarded to services.
+            other => return (Source::Once, other),
+        };
+        let replay = ReplayBody::new(client);
         (Source::Replay(replay.clone()), ProxyBody::Replay(replay))
     }
 

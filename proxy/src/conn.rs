@@ -189,8 +189,7 @@ async fn handle(
         metrics.proxy_error(e.name());
         rescue(&e, grpc)
     });
-    metrics.response(resp.status().as_u16(), start.elapsed().as_secs_f64());
-    resp
+    crate::classify::count(&metrics, resp, start.elapsed().as_secs_f64())
 }
 
 #[cfg(test)]

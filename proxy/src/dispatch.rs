@@ -54,7 +54,7 @@ pub async fn route(
     if let Some(m) = &metrics {
         m.request();
     }
-    let delay =
+    let (delay, mirrored) =
         match routing::apply_request_filters(&sel, &mut parts, || rand::random::<f64>() * 100.0) {
             RequestOutcome::Respond(resp) => {
                 return Routed {
@@ -62,7 +62,7 @@ pub async fn route(
                     result: Ok(resp.map(|()| ProxyBody::empty())),
                 };
             }
-            RequestOutcome::Continue { delay, .. } => delay,
+            RequestOutcome::Continue { delay, mirrors } => (delay, !mirrors.is_empty()),
         };
     let Some(backend) = picked else {
         return Routed {
@@ -94,6 +94,17 @@ pub async fn route(
                 }
             }
         };
+    // Only an admitted request is mirrored: a shadow sees the traffic its primary serves.
+    let body = crate::mirror::start(
+        mirrored,
+        shared,
+        snap,
+        set,
+        route_idx,
+        metrics.as_ref(),
+        &parts,
+        body,
+    );
     let result = forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body).await;
     let result = admitted.finish(result).map(|resp| {
         let (mut rp, b) = resp.into_parts();

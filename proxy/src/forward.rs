@@ -34,7 +34,7 @@ pub async fn to_service(
     route: &RoutePolicy,
     metrics: Option<&RouteMetrics>,
     mut parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let proto = match svc.service.app_protocol {
         Some(AppProtocol::H2c | AppProtocol::Grpc) => UpstreamProto::H2,
@@ -50,15 +50,7 @@ pub async fn to_service(
         .pick()
         .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
     let pool = shared.pools.get(ep.addr());
-    send(
-        &pool,
-        Some(ep),
-        None,
-        parts,
-        ProxyBody::Incoming(body),
-        true,
-    )
-    .await
+    send(&pool, Some(ep), None, parts, body, true).await
 }
 
 /// The upstream protocol that keeps the downstream one.
@@ -85,11 +77,11 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, ProxyBody::Incoming(body), upgrade).await
+    send(&pool, None, conn, parts, body.into(), upgrade).await
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.
-fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
+pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
     let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
     strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
     set_target(parts, proto)?;

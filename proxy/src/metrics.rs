@@ -46,6 +46,7 @@ pub const BREAKER_TRANSITIONS: &str = "weir_breaker_transitions_total";
 pub const ENDPOINTS_EJECTED: &str = "weir_endpoints_ejected";
 pub const RATE_LIMITED: &str = "weir_rate_limited_total";
 pub const LOAD_SHED: &str = "weir_load_shed_total";
+pub const MIRRORS: &str = "weir_mirror_requests_total";
 
 /// Latency buckets in seconds: 0.5 ms to 30 s.
 const BUCKETS: &[f64] = &[
@@ -75,7 +76,18 @@ fn describe() {
         REQUESTS,
         "HTTP requests received, by direction, service and route."
     );
-    describe_counter!(RESPONSES, "HTTP responses sent, by status class and code.");
+    describe_counter!(
+        RESPONSES,
+        "HTTP responses sent, by status class and code, classification (success|failure: 5xx, or \
+         for gRPC a grpc-status other than 0) and, for gRPC, grpc_status; a streaming gRPC response \
+         is counted when its trailers arrive."
+    );
+    describe_counter!(
+        MIRRORS,
+        "Mirror copies of requests, by the primary's direction, service and route and result \
+         (sent: the shadow answered; failed: it could not be reached or timed out; dropped: not \
+         sent, because the body was over 64 KiB, the client's body failed or too many were in flight)."
+    );
     describe_histogram!(
         DURATION,
         Unit::Seconds,
@@ -157,13 +169,42 @@ pub struct RouteMetrics {
     requests: Counter,
     duration: Histogram,
     by_code: Box<[OnceLock<Counter>]>,
-    // Registered on first use: most routes never retry nor limit anything, and need no series
-    // saying so.
+    // Registered on first use: most routes never retry, limit or mirror anything, and need no
+    // series saying so.
     retries: OnceLock<Counter>,
     budget_exhausted: OnceLock<Counter>,
     rate_limited: OnceLock<Counter>,
     shed: [OnceLock<Counter>; 2],
+    /// gRPC responses with HTTP 200, by `grpc-status` 0..=16 (anything else counts as 2, UNKNOWN).
+    by_grpc: Box<[OnceLock<Counter>]>,
+    /// Mirror copies, by [`MirrorResult`].
+    mirrors: [OnceLock<Counter>; 3],
 }
+
+/// What became of one mirror copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorResult {
+    /// The shadow answered (whatever its status).
+    Sent,
+    /// Not sent: body too large, client body failed, or the in-flight cap was reached.
+    Dropped,
+    /// Sent, or tried, and the shadow could not be reached, failed or timed out.
+    Failed,
+}
+
+impl MirrorResult {
+    /// Label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MirrorResult::Sent => "sent",
+            MirrorResult::Dropped => "dropped",
+            MirrorResult::Failed => "failed",
+        }
+    }
+}
+
+/// The highest gRPC status code (UNAUTHENTICATED).
+const MAX_GRPC_STATUS: u32 = 16;
 
 impl std::fmt::Debug for RouteMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -190,6 +231,8 @@ impl RouteMetrics {
             budget_exhausted: OnceLock::new(),
             rate_limited: OnceLock::new(),
             shed: Default::default(),
+            by_grpc: (0..=MAX_GRPC_STATUS).map(|_| OnceLock::new()).collect(),
+            mirrors: Default::default(),
             labels,
         })
     }
@@ -199,15 +242,30 @@ impl RouteMetrics {
         self.requests.increment(1);
     }
 
-    /// Its response head went out after `secs`.
+    /// Its response head went out after `secs`; counted by status (a 5xx is a failure).
     pub fn response(&self, status: u16, secs: f64) {
+        self.head_sent(secs);
+        self.count_status(status);
+    }
+
+    /// The response head went out after `secs`; the response is counted later, by
+    /// [`Self::count_status`] or [`Self::count_grpc`].
+    pub fn head_sent(&self, secs: f64) {
         self.duration.record(secs);
+    }
+
+    /// Counts a response by HTTP status; 5xx is classified a failure.
+    pub fn count_status(&self, status: u16) {
         let idx = usize::from(status.clamp(100, 599) - 100);
         if let Some(slot) = self.by_code.get(idx) {
             slot.get_or_init(|| {
                 let mut l = self.labels.to_vec();
                 l.push(Label::new("status_class", format!("{}xx", status / 100)));
                 l.push(Label::new("status_code", status.to_string()));
+                l.push(Label::new(
+                    "classification",
+                    if status >= 500 { "failure" } else { "success" },
+                ));
                 metrics::counter!(RESPONSES, l.iter())
             })
             .increment(1);
@@ -244,6 +302,40 @@ impl RouteMetrics {
                 let mut l = self.labels.to_vec();
                 l.push(Label::new("reason", why.name()));
                 metrics::counter!(LOAD_SHED, l.iter())
+            })
+            .increment(1);
+    }
+
+    /// Counts a gRPC response that had HTTP status 200 by its `grpc-status`: only 0 is a success.
+    pub fn count_grpc(&self, grpc_status: u32) {
+        let code = if grpc_status > MAX_GRPC_STATUS {
+            crate::resilience::grpc::code::UNKNOWN
+        } else {
+            grpc_status
+        };
+        if let Some(slot) = self.by_grpc.get(code as usize) {
+            slot.get_or_init(|| {
+                let mut l = self.labels.to_vec();
+                l.push(Label::new("status_class", "2xx"));
+                l.push(Label::new("status_code", "200"));
+                l.push(Label::new("grpc_status", code.to_string()));
+                l.push(Label::new(
+                    "classification",
+                    if code == 0 { "success" } else { "failure" },
+                ));
+                metrics::counter!(RESPONSES, l.iter())
+            })
+            .increment(1);
+        }
+    }
+
+    /// Counts one mirror copy of a request on this route.
+    pub fn mirror(&self, result: MirrorResult) {
+        self.mirrors[result as usize]
+            .get_or_init(|| {
+                let mut l = self.labels.to_vec();
+                l.push(Label::new("result", result.as_str()));
+                metrics::counter!(MIRRORS, l.iter())
             })
             .increment(1);
     }

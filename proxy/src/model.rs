@@ -499,7 +499,8 @@ pub struct RetryPolicy {
     pub non_idempotent: bool,
 }
 
-/// Per-service policy (resilience lands in issue 4; the fields are parsed and validated now).
+/// Per-service policy: timeouts, retry budget, endpoint breakers, limits (compiled into
+/// `resilience::policy::ServicePolicy` when a snapshot loads).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {

@@ -66,8 +66,15 @@ pub async fn request(
             Ok(a) => a,
             Err(e) => return (m, Err(e)),
         };
-        let result =
-            forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body).await;
+        let result = forward::to_service(
+            shared,
+            svc,
+            &svc.default_route,
+            Some(&m),
+            parts,
+            body.into(),
+        )
+        .await;
         return (m, admitted.finish(result));
     }
     let routed = dispatch::route(

@@ -25,7 +25,8 @@ pub(crate) struct Signals {
     pub requests: f64,
     /// `weir_responses_total`, every status.
     pub responses: f64,
-    /// `weir_responses_total{status_class="5xx"}`.
+    /// `weir_responses_total{classification="failure"}` (a 5xx, or a gRPC status other than 0);
+    /// from a proxy without the label, `{status_class="5xx"}`.
     pub failures: f64,
     /// `weir_request_duration_seconds_bucket`: (upper bound in seconds, cumulative count), by bound.
     pub buckets: Vec<(f64, f64)>,
@@ -54,7 +55,7 @@ pub(crate) fn from_samples(samples: &[Sample]) -> RouteSignals {
         } else if s.name == RESPONSES {
             let e = out.entry(key()).or_default();
             e.responses += s.value;
-            if is_5xx(s) {
+            if is_failure(s) {
                 e.failures += s.value;
             }
         } else if s.name == bucket_name {
@@ -67,7 +68,11 @@ pub(crate) fn from_samples(samples: &[Sample]) -> RouteSignals {
     out
 }
 
-fn is_5xx(s: &Sample) -> bool {
+/// The proxy's classification (a 200 carrying grpc-status 14 is a failure); 5xx without one.
+fn is_failure(s: &Sample) -> bool {
+    if let Some(c) = s.label("classification") {
+        return c == "failure";
+    }
     match s.label("status_class") {
         Some(class) => class == "5xx",
         None => s.label("status_code").is_some_and(|c| c.starts_with('5')),
@@ -231,6 +236,28 @@ mod tests {
             buckets: vec![(0.1, 7.0), (f64::INFINITY, 7.0)],
         };
         assert_eq!(restarted.increase_since(&grown), restarted);
+    }
+
+    #[test]
+    fn a_200_classified_a_failure_counts_as_a_failure_and_unlabelled_5xx_still_do() {
+        let text = "\
+weir_responses_total{direction=\"gateway\",service=\"g.default\",route=\"r\",status_class=\"2xx\",status_code=\"200\",grpc_status=\"0\",classification=\"success\"} 90
+weir_responses_total{direction=\"gateway\",service=\"g.default\",route=\"r\",status_class=\"2xx\",status_code=\"200\",grpc_status=\"14\",classification=\"failure\"} 7
+weir_responses_total{direction=\"gateway\",service=\"g.default\",route=\"r\",status_class=\"5xx\",status_code=\"503\",classification=\"failure\"} 3
+weir_responses_total{direction=\"gateway\",service=\"old.default\",route=\"r\",status_class=\"5xx\",status_code=\"502\"} 2
+weir_responses_total{direction=\"gateway\",service=\"old.default\",route=\"r\",status_class=\"2xx\",status_code=\"200\"} 8
+";
+        let samples = super::super::prom_text::parse(text).expect("text parses");
+        let routes = from_samples(&samples);
+        let key = |service: &str| RouteKey {
+            service: service.into(),
+            route: "r".into(),
+            direction: "gateway".into(),
+        };
+        let g = &routes[&key("g.default")];
+        assert_eq!((g.responses, g.failures), (100.0, 10.0));
+        let old = &routes[&key("old.default")];
+        assert_eq!((old.responses, old.failures), (10.0, 2.0));
     }
 
     #[test]

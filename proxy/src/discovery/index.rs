@@ -8,7 +8,7 @@ use crate::{
     addr::OrigDstAddr,
     balance::{BalanceConfig, EndpointSet},
     metrics::{Direction, RouteMetrics, TcpMetrics},
-    model::{Dur, Registry, Route, Service},
+    model::{Dur, Filter, Registry, Route, Service},
     resilience::policy::{RoutePolicy, ServicePolicy},
     routing::RouteTable,
 };
@@ -25,6 +25,8 @@ pub struct RouteSet {
     backends: Vec<Vec<Option<usize>>>,
     /// `policies[route]`: timeouts, retries, rate limit and breaker, compiled.
     policies: Vec<Arc<RoutePolicy>>,
+    /// `mirrors[route]`: each `RequestMirror` filter's service, in filter order.
+    mirrors: Vec<Vec<Option<usize>>>,
 }
 
 impl RouteSet {
@@ -82,11 +84,28 @@ impl RouteSet {
             metrics.push(per_backend);
             backends.push(resolved);
         }
+        let mirrors = routes
+            .iter()
+            .map(|r| {
+                r.filters
+                    .iter()
+                    .filter_map(|f| match f {
+                        Filter::RequestMirror { request_mirror } => {
+                            let b = &request_mirror.backend_ref;
+                            let ns = b.namespace.as_deref().unwrap_or(default_ns);
+                            Some(by_name.get(&(b.name.clone(), ns.to_string())).copied())
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
         Self {
             table: RouteTable::new(routes),
             metrics,
             backends,
             policies,
+            mirrors,
         }
     }
 
@@ -99,6 +118,11 @@ impl RouteSet {
     pub fn metrics(&self, route: usize, backend: usize) -> Option<&Arc<RouteMetrics>> {
         let per = self.metrics.get(route)?;
         per.get(backend).or_else(|| per.first())
+    }
+
+    /// Route `route`'s mirror services (indexes into `Snapshot::services`; `None`: unknown).
+    pub fn mirror_services(&self, route: usize) -> &[Option<usize>] {
+        self.mirrors.get(route).map_or(&[], Vec::as_slice)
     }
 
     /// The service a route's backend resolves to, as an index into `Snapshot::services`.

@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::PoolReturn;
+use crate::mirror::tee::Tee;
 use crate::resilience::{
     limit::Permit,
     replay::{ReplayBody, ReplayError},
@@ -38,11 +39,21 @@ pub enum ProxyBody {
     /// Streamed from the downstream client (requests) or the upstream (responses).
     Incoming(Incoming),
     /// Streamed from a pooled upstream connection, returned to the pool once fully read.
-    Pooled(Incoming, PoolReturn),
+    Pooled(PooledBody),
     /// A request body that a retry may send again (only on routes that can retry a sent request).
-    Replay(ReplayBody<Incoming>),
+    Replay(ReplayBody<ClientBody>),
     /// A response holding its service's concurrency slot until the body ends or is dropped.
     Held(Box<ProxyBody>, Permit),
+    /// A gRPC response counted in metrics when its trailers pass.
+    Classified(Box<crate::classify::Classified>),
+    /// A request body streamed on while a copy is kept for mirrors.
+    Tee(Box<Tee<Incoming>>),
+}
+
+impl From<Incoming> for ProxyBody {
+    fn from(b: Incoming) -> Self {
+        ProxyBody::Incoming(b)
+    }
 }
 
 impl ProxyBody {
@@ -69,10 +80,10 @@ impl Body for ProxyBody {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Incoming(b) => Pin::new(b).poll_frame(cx),
-            ProxyBody::Pooled(b, ret) => {
-                let polled = Pin::new(b).poll_frame(cx);
+            ProxyBody::Pooled(p) => {
+                let polled = Pin::new(&mut p.body).poll_frame(cx);
                 if let Poll::Ready(None) = polled {
-                    ret.finished();
+                    p.ret.finished();
                 }
                 polled
             }
@@ -82,6 +93,8 @@ impl Body for ProxyBody {
                     .map(|f| f.map(|r| r.map_err(BodyError::Replay)));
             }
             ProxyBody::Held(b, _) => return Pin::new(b.as_mut()).poll_frame(cx),
+            ProxyBody::Classified(c) => return c.poll_frame(cx),
+            ProxyBody::Tee(t) => t.poll_frame(cx),
         };
         polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
@@ -90,9 +103,12 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
-            ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.is_end_stream(),
+            ProxyBody::Incoming(b) => b.is_end_stream(),
+            ProxyBody::Pooled(p) => p.body.is_end_stream(),
             ProxyBody::Replay(b) => b.is_end_stream(),
             ProxyBody::Held(b, _) => b.is_end_stream(),
+            ProxyBody::Classified(c) => c.inner().is_end_stream(),
+            ProxyBody::Tee(t) => t.inner().is_end_stream(),
         }
     }
 
@@ -100,20 +116,74 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            ProxyBody::Incoming(b) | ProxyBody::Pooled(b, _) => b.size_hint(),
+            ProxyBody::Incoming(b) => b.size_hint(),
+            ProxyBody::Pooled(p) => p.body.size_hint(),
             ProxyBody::Replay(b) => b.size_hint(),
             ProxyBody::Held(b, _) => b.size_hint(),
+            ProxyBody::Classified(c) => c.inner().size_hint(),
+            ProxyBody::Tee(t) => t.inner().size_hint(),
         }
     }
 }
 
-impl Drop for ProxyBody {
+/// A response body from a pooled HTTP/1 connection, which goes back to the pool once the body
+/// was read to its end.
+#[derive(Debug)]
+pub struct PooledBody {
+    body: Incoming,
+    ret: PoolReturn,
+}
+
+impl PooledBody {
+    pub(crate) fn new(body: Incoming, ret: PoolReturn) -> Self {
+        Self { body, ret }
+    }
+}
+
+impl Drop for PooledBody {
     fn drop(&mut self) {
         // A body with nothing left to read (HEAD, 204, Content-Length: 0) may never be polled.
-        if let ProxyBody::Pooled(b, ret) = self {
-            if b.is_end_stream() {
-                ret.finished();
-            }
+        if self.body.is_end_stream() {
+            self.ret.finished();
+        }
+    }
+}
+
+/// A client's request body as a retry keeps it: read straight, or through a mirror's tee (so a
+/// mirrored request is still retried, and its shadow still gets one copy).
+#[derive(Debug)]
+pub enum ClientBody {
+    /// Read straight from the client.
+    Plain(Incoming),
+    /// Read through the tee that copies it for mirrors.
+    Teed(Box<Tee<Incoming>>),
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ClientBody::Plain(b) => Pin::new(b).poll_frame(cx),
+            ClientBody::Teed(t) => t.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ClientBody::Plain(b) => b.is_end_stream(),
+            ClientBody::Teed(t) => t.inner().is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ClientBody::Plain(b) => b.size_hint(),
+            ClientBody::Teed(t) => t.inner().size_hint(),
         }
     }
 }

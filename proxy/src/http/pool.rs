@@ -13,7 +13,7 @@ use hyper::{body::Incoming, client::conn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::Instant;
 
-use super::body::ProxyBody;
+use super::body::{PooledBody, ProxyBody};
 use crate::{addr::EndpointAddr, error::ProxyError, transport::listen};
 
 /// How the proxy talks to an endpoint.
@@ -171,7 +171,7 @@ impl EndpointPool {
         tx: conn::http1::SendRequest<ProxyBody>,
     ) -> Response<ProxyBody> {
         let ret = PoolReturn(Some((tx, self.clone())));
-        resp.map(|b| ProxyBody::Pooled(b, ret))
+        resp.map(|b| ProxyBody::Pooled(PooledBody::new(b, ret)))
     }
 
     fn checkout(&self) -> Option<conn::http1::SendRequest<ProxyBody>> {

@@ -1,7 +1,7 @@
 //! The `RequestMirror` filter: name the backends that get a fire-and-forget copy of the request,
 //! and build that copy's head; the proxy sends it and ignores the answer.
 
-use http::{request, Request};
+use http::{header, request, uri, HeaderValue, Request, Uri};
 
 use crate::model::{BackendRef, RequestMirror};
 
@@ -21,6 +21,39 @@ pub fn mirror_head(parts: &request::Parts) -> request::Parts {
     head
 }
 
+/// [`mirror_head`] with the host marked as Envoy marks it, so the shadow can tell mirrored traffic
+/// from real: `-shadow` appended to the host name, before any port (`api:8080` → `api-shadow:8080`),
+/// in the `Host` header and the request target's authority alike.
+pub fn shadow_head(parts: &request::Parts) -> request::Parts {
+    let mut head = mirror_head(parts);
+    if let Some(host) = head.headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        if let Ok(v) = HeaderValue::from_str(&shadow_host(host)) {
+            head.headers.insert(header::HOST, v);
+        }
+    }
+    if let Some(authority) = head.uri.authority() {
+        let shadowed = shadow_host(authority.as_str());
+        let mut p = std::mem::take(&mut head.uri).into_parts();
+        p.authority = uri::Authority::try_from(shadowed.as_str()).ok();
+        head.uri = Uri::from_parts(p).unwrap_or_else(|_| parts.uri.clone());
+    }
+    head
+}
+
+/// `host[:port]` with `-shadow` after the host.
+fn shadow_host(authority: &str) -> String {
+    match authority.rsplit_once(':') {
+        Some((host, port))
+            if !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && !host.ends_with(':') =>
+        {
+            format!("{host}-shadow:{port}")
+        }
+        _ => format!("{authority}-shadow"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +70,23 @@ mod tests {
         assert_eq!(head.version, http::Version::HTTP_2);
         assert_eq!(head.headers["x-a"], "1");
         assert!(head.extensions.get::<u8>().is_none());
+    }
+
+    #[test]
+    fn shadow_head_appends_shadow_to_the_host_before_the_port() {
+        let parts = request(
+            "GET",
+            "http://api.test:8080/p",
+            &[("host", "api.test:8080")],
+        );
+        let head = shadow_head(&parts);
+        assert_eq!(head.headers["host"], "api.test-shadow:8080");
+        assert_eq!(head.uri, "http://api.test-shadow:8080/p");
+        let parts = request("GET", "/p", &[("host", "api")]);
+        let head = shadow_head(&parts);
+        assert_eq!(head.headers["host"], "api-shadow");
+        assert_eq!(head.uri, "/p");
+        assert_eq!(shadow_host("[::1]:80"), "[::1]-shadow:80");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{request, response, HeaderName};
 
-pub use mirror::mirror_head;
+pub use mirror::{mirror_head, shadow_head};
 pub use table::{RouteTable, Selected};
 
 use crate::model::{self, BackendRef, Filter};
