@@ -10,6 +10,7 @@ mod grpc;
 mod grpc_mesh;
 mod h2;
 mod h2_abuse;
+mod idle;
 mod infra;
 mod lifecycle;
 mod rate_limit;
