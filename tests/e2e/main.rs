@@ -14,6 +14,7 @@ mod idle;
 mod infra;
 mod lifecycle;
 mod rate_limit;
+mod rate_limit_overrides;
 mod registry;
 mod retries;
 mod shaping;
