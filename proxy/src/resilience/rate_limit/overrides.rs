@@ -157,7 +157,7 @@ impl Overrides {
                 Limit::One(TokenBucket::new(rps, ov.burst))
             });
         }
-        o.nets.sort_by(|a, b| b.0.len.cmp(&a.0.len));
+        o.nets.sort_by_key(|(n, _)| std::cmp::Reverse(n.len));
         Ok(Some(Box::new(o)))
     }
 
