@@ -264,6 +264,7 @@ impl Source {
         let client = match body {
             ProxyBody::Incoming(b) => ClientBody::Plain(b),
             ProxyBody::Tee(t) => ClientBody::Teed(t),
+            ProxyBody::Touched(t) => ClientBody::Touched(t),
             // Bodies the proxy made itself are not forwarded to services.
             other => return (Source::Once, other),
         };

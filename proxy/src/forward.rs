@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use http::{header, request::Parts, uri, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
@@ -68,7 +67,7 @@ pub async fn to_endpoint(
     addr: EndpointAddr,
     proto: UpstreamProto,
     mut parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let upgrade = prepare(&mut parts, proto)?;
     let pool = shared.pools.get(addr);
@@ -77,7 +76,7 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, body.into(), upgrade).await
+    send(&pool, None, conn, parts, body, upgrade).await
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.

@@ -102,6 +102,7 @@ impl PolicyEdit {
                         requests_per_second: rps,
                         burst: 0,
                         key: None,
+                        overrides: Vec::new(),
                     })
                     .requests_per_second = rps;
             }
