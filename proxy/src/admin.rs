@@ -125,13 +125,21 @@ fn endpoints(shared: &Shared) -> serde_json::Value {
         .iter()
         .flat_map(|svc| {
             svc.endpoints.endpoints().iter().map(move |e| {
-                serde_json::json!({
+                let mut o = serde_json::json!({
                     "service": svc.name,
                     "address": e.addr().0.to_string(),
                     "state": endpoint_state(e),
                     "in_flight": e.pending(),
                     "latency_ewma_ms": e.rtt_estimate().as_secs_f64() * 1000.0,
-                })
+                });
+                if let Some(b) = e.breaker().filter(|b| b.ejections() > 0) {
+                    // Until the probe (0 once half-open), and how many times in a row.
+                    let left = b.ejected_for().unwrap_or_default();
+                    o["ejected_for_ms"] =
+                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).into();
+                    o["ejections"] = b.ejections().into();
+                }
+                o
             })
         })
         .collect();

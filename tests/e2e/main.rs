@@ -14,6 +14,7 @@ mod infra;
 mod lifecycle;
 mod rate_limit;
 mod registry;
+mod resilience;
 mod retries;
 mod shaping;
 mod shaping_faults;
