@@ -1,5 +1,8 @@
 //! The admin listener: `/metrics`, `/ready`, `/live`, `/config`, `/endpoints` (live balancer
-//! state, read by `weirctl describe`), and `POST /shutdown` for loopback clients.
+//! state) and `/breakers` (route breakers not closed), both read by `weirctl describe`, and
+//! `POST /shutdown` for loopback clients.
+
+mod breakers;
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
@@ -79,6 +82,11 @@ fn answer(
             "application/json",
             endpoints(shared).to_string(),
         ),
+        (&Method::GET, "/breakers") => text(
+            StatusCode::OK,
+            "application/json",
+            breakers::route_breakers(shared).to_string(),
+        ),
         (&Method::POST, "/shutdown") if peer.ip().is_loopback() => {
             let _ = shutdown.send(true);
             text(StatusCode::OK, PLAIN, "shutting down\n")
@@ -86,7 +94,10 @@ fn answer(
         (&Method::POST, "/shutdown") => {
             text(StatusCode::FORBIDDEN, PLAIN, "loopback clients only\n")
         }
-        (_, "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/shutdown") => text(
+        (
+            _,
+            "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/breakers" | "/shutdown",
+        ) => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
             "method not allowed\n",

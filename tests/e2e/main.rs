@@ -15,6 +15,7 @@ mod lifecycle;
 mod rate_limit;
 mod registry;
 mod resilience;
+mod resilience_weirctl;
 mod retries;
 mod shaping;
 mod shaping_faults;
