@@ -98,6 +98,24 @@ pub(crate) async fn send(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let inflight = state.map(|s| s.start());
     let started = Instant::now();
+    let result = exchange(pool, state, conn, parts, body, upgrade).await;
+    if let Some(f) = inflight {
+        f.complete(&result, started.elapsed());
+    }
+    result
+}
+
+/// [`send`] for a caller that holds the request's [`InFlight`](crate::balance::InFlight)
+/// itself (`attempts.rs`: a deadline that cuts the exchange short must still reach the
+/// breaker); `state` only hears whether the connection worked.
+pub(crate) async fn exchange(
+    pool: &Arc<EndpointPool>,
+    state: Option<&Arc<EndpointState>>,
+    conn: Option<Conn>,
+    parts: Parts,
+    body: ProxyBody,
+    upgrade: bool,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let result = match conn {
         Some(conn) if !upgrade => pool.send(conn, Request::from_parts(parts, body)).await,
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
@@ -108,9 +126,6 @@ pub(crate) async fn send(
             Ok(_) => s.connect_succeeded(),
             Err(_) => {}
         }
-    }
-    if let Some(f) = inflight {
-        f.complete(&result, started.elapsed());
     }
     let mut resp = result?;
     // The downstream connection has its own version; hyper frames the response for it.

@@ -16,6 +16,8 @@ mod lifecycle;
 mod rate_limit;
 mod rate_limit_overrides;
 mod registry;
+mod resilience;
+mod resilience_weirctl;
 mod retries;
 mod shaping;
 mod shaping_faults;
