@@ -39,7 +39,9 @@ pub(super) fn refused(
 /// The attempt begun at `begun` was cut off by a deadline of `kind`.
 pub(super) fn timed_out(flight: InFlight, kind: TimeoutKind, begun: Instant) {
     match kind {
-        TimeoutKind::Request | TimeoutKind::PerTry => flight.timed_out(begun.elapsed()),
+        TimeoutKind::Request | TimeoutKind::PerTry | TimeoutKind::Idle => {
+            flight.timed_out(begun.elapsed())
+        }
         // Dropped: counted as cancelled (a probe's slot goes back).
         TimeoutKind::Grpc => drop(flight),
     }
