@@ -15,6 +15,7 @@ use std::{cell::RefCell, sync::OnceLock, time::Duration};
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
+pub use breakers::route_observer;
 pub use endpoint::EndpointState;
 pub use in_flight::InFlight;
 pub use p2c::EndpointSet;
