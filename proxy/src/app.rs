@@ -237,7 +237,7 @@ impl App {
         } = self;
         tokio::spawn(apply_registry_updates(shared.clone(), registry_rx));
         tokio::spawn(upkeep(shared.clone(), metrics.clone()));
-        tokio::spawn(crate::memory::trim_after_parks(
+        tokio::spawn(crate::memory::trim_after_releases(
             std::time::Duration::from_millis(250),
         ));
         let (drain_tx, drain) = crate::drain::channel();
@@ -323,6 +323,7 @@ async fn upkeep(shared: Arc<Shared>, metrics: metrics_exporter_prometheus::Prome
         tick.tick().await;
         // Drains histogram samples into buckets so memory stays flat between scrapes.
         metrics.run_upkeep();
+        shared.pools.close_expired();
         shared.pools.evict_idle(shared.config.pool_idle_timeout * 4);
     }
 }
