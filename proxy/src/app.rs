@@ -237,6 +237,7 @@ impl App {
         } = self;
         tokio::spawn(apply_registry_updates(shared.clone(), registry_rx));
         tokio::spawn(upkeep(shared.clone(), metrics.clone()));
+        tokio::spawn(sweep_pools(shared.clone()));
         tokio::spawn(crate::memory::trim_after_releases(
             std::time::Duration::from_millis(250),
         ));
@@ -317,13 +318,23 @@ fn advertised(bound: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Closes expired and surplus idle upstream connections; often enough that a burst's surplus
+/// is gone (and trimmed, see `memory.rs`) about a second after the burst.
+async fn sweep_pools(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(crate::http::pool::SURPLUS_IDLE / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.pools.close_expired();
+    }
+}
+
 async fn upkeep(shared: Arc<Shared>, metrics: metrics_exporter_prometheus::PrometheusHandle) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
     loop {
         tick.tick().await;
         // Drains histogram samples into buckets so memory stays flat between scrapes.
         metrics.run_upkeep();
-        shared.pools.close_expired();
         shared.pools.evict_idle(shared.config.pool_idle_timeout * 4);
     }
 }

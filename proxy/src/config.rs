@@ -53,9 +53,9 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Idle upstream keep-alive connections are closed after this.
     pub pool_idle_timeout: Duration,
-    /// Most idle HTTP/1 keep-alive connections kept per upstream endpoint; one given back beyond
-    /// it is closed (0: no idle connection is kept). Each costs ~17 KiB, so the default keeps a
-    /// burst of concurrent requests from leaving hundreds open.
+    /// Idle HTTP/1 keep-alive connections kept per upstream endpoint; the least recently used
+    /// beyond them are closed after 500 ms unused (0: none kept past that). Each costs ~17 KiB,
+    /// so a burst of concurrent requests does not leave hundreds open.
     pub pool_max_idle_per_endpoint: usize,
     /// HTTP/2 server limits.
     pub h2: H2Limits,

@@ -1,5 +1,5 @@
-//! The HTTP/1 idle pool over real sockets: connections given back beyond the cap are closed, and
-//! expired idle ones are closed by the sweep, not only skipped when a request comes.
+//! The HTTP/1 idle pool over real sockets: idle connections beyond the cap are closed once unused
+//! for `SURPLUS_IDLE`, and expired ones by the sweep, not only skipped when a request comes.
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering::SeqCst},
@@ -62,17 +62,21 @@ async fn wait_open(open: &AtomicUsize, want: usize) {
 }
 
 #[tokio::test]
-async fn connections_given_back_beyond_the_cap_are_closed() {
+async fn idle_connections_beyond_the_cap_close_once_unused_for_a_while() {
     let (addr, open) = endpoint().await;
     let p = pool(addr, 2);
     let mut held = Vec::new();
     for _ in 0..5 {
         held.push(fresh(&p).await);
     }
-    wait_open(&open, 5).await;
     for tx in held {
         p.checkin(tx);
     }
+    wait_open(&open, 5).await;
+    // A swing past the cap under load is kept: the surplus may be needed a moment later.
+    assert_eq!(p.close_expired(Instant::now()), 0);
+    assert_eq!(p.idle_count(), 5);
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 3);
     assert_eq!(p.idle_count(), 2);
     wait_open(&open, 2).await;
     // The two kept are reused, not replaced.
@@ -85,12 +89,29 @@ async fn connections_given_back_beyond_the_cap_are_closed() {
 }
 
 #[tokio::test]
-async fn a_cap_of_zero_keeps_no_idle_connection() {
+async fn the_surplus_closed_is_the_least_recently_used() {
+    let (addr, open) = endpoint().await;
+    let p = pool(addr, 1);
+    let (old, new) = (fresh(&p).await, fresh(&p).await);
+    p.checkin(old);
+    let t = Instant::now() + SURPLUS_IDLE;
+    p.checkin(new);
+    // Only the older one has been idle for SURPLUS_IDLE at `t` (give or take the clock).
+    let closed = p.close_expired(t);
+    assert!(closed <= 1);
+    assert_eq!(p.close_expired(t + SURPLUS_IDLE), 1 - closed);
+    assert_eq!(p.idle_count(), 1);
+    wait_open(&open, 1).await;
+}
+
+#[tokio::test]
+async fn a_cap_of_zero_keeps_no_idle_connection_past_the_grace() {
     let (addr, open) = endpoint().await;
     let p = pool(addr, 0);
     let tx = fresh(&p).await;
-    wait_open(&open, 1).await;
     p.checkin(tx);
+    wait_open(&open, 1).await;
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 1);
     assert_eq!(p.idle_count(), 0);
     wait_open(&open, 0).await;
 }
