@@ -18,7 +18,8 @@
 # load of other tenants (the kernel's share, about 60% of the CPU here, is not counted).
 #
 # Results: $OUT/results.csv (gateway.sh's columns; phase "policy-<variant>", run = round),
-# $OUT/callgrind.csv (variant,requests,instructions), raw/.
+# $OUT/callgrind.csv (variant,requests,instructions), $OUT/cpu_split.csv (the proxy's user and
+# system ticks over all wrk windows: the share of its CPU that callgrind's count stands for), raw/.
 # Usage: WEIR_BIN=target/release/weir-proxy ROUNDS=4 ./policy.sh
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +77,10 @@ check_variant() { # variant - what the backend received on that route
       { echo "/$var/item?a=1 reached the backend as '$uri' (want a=1 and foo=bar)"; return 1; }
   fi
   [[ $(hdr X-Upstream-Source) == "$want_src" ]] || { echo "/$var: X-Request-Source is '$(hdr X-Upstream-Source)', want '$want_src'"; return 1; }
+}
+
+user_system_ticks() { # pid - "utime stime" of the process (all its threads)
+  sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12, $13}'
 }
 
 start_weir() { # cpus workers [wrapper...] - weir.sh policy in the background; sets ppid
@@ -136,6 +141,7 @@ for mode in $PIN_MODES; do
     why=$(check_variant "$v") || die "route /$v is not configured as it should be: $why"
   done
   wait_quiet
+  split0=$(user_system_ticks "$ppid")
   for ((round=1; round<=ROUNDS; round++)); do
     order=$VARIANTS
     ((round % 2 == 0)) && order=$(echo "$VARIANTS" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
@@ -144,6 +150,9 @@ for mode in $PIN_MODES; do
       WRK_CONNS=$POLICY_CONNS measured measure_wrk "$mode" "$round" "policy-$v" weir "$ppid" "/$v/item" "$WORK/get.lua"
     done
   done
+  read -r u0 s0 <<<"$split0"; read -r u1 s1 <<<"$(user_system_ticks "$ppid")"
+  echo "mode,user_ticks,system_ticks" > "$OUT/cpu_split.csv"
+  echo "$mode,$((u1 - u0)),$((s1 - s0))" >> "$OUT/cpu_split.csv"
   stop_pid "$ppid"; forget_pid "$ppid"
   if [[ $CALLGRIND == 1 && $mode == split ]]; then
     log "--- callgrind: $CG_REQUESTS requests per variant"
