@@ -1,5 +1,8 @@
 //! The admin listener: `/metrics`, `/ready`, `/live`, `/config`, `/endpoints` (live balancer
-//! state, read by `weirctl describe`), and `POST /shutdown` for loopback clients.
+//! state) and `/breakers` (route breakers not closed), both read by `weirctl describe`, and
+//! `POST /shutdown` for loopback clients.
+
+mod breakers;
 
 use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
@@ -79,6 +82,11 @@ fn answer(
             "application/json",
             endpoints(shared).to_string(),
         ),
+        (&Method::GET, "/breakers") => text(
+            StatusCode::OK,
+            "application/json",
+            breakers::route_breakers(shared).to_string(),
+        ),
         (&Method::POST, "/shutdown") if peer.ip().is_loopback() => {
             let _ = shutdown.send(true);
             text(StatusCode::OK, PLAIN, "shutting down\n")
@@ -86,7 +94,10 @@ fn answer(
         (&Method::POST, "/shutdown") => {
             text(StatusCode::FORBIDDEN, PLAIN, "loopback clients only\n")
         }
-        (_, "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/shutdown") => text(
+        (
+            _,
+            "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/breakers" | "/shutdown",
+        ) => text(
             StatusCode::METHOD_NOT_ALLOWED,
             PLAIN,
             "method not allowed\n",
@@ -125,13 +136,21 @@ fn endpoints(shared: &Shared) -> serde_json::Value {
         .iter()
         .flat_map(|svc| {
             svc.endpoints.endpoints().iter().map(move |e| {
-                serde_json::json!({
+                let mut o = serde_json::json!({
                     "service": svc.name,
                     "address": e.addr().0.to_string(),
                     "state": endpoint_state(e),
                     "in_flight": e.pending(),
                     "latency_ewma_ms": e.rtt_estimate().as_secs_f64() * 1000.0,
-                })
+                });
+                if let Some(b) = e.breaker().filter(|b| b.ejections() > 0) {
+                    // Until the probe (0 once half-open), and how many times in a row.
+                    let left = b.ejected_for().unwrap_or_default();
+                    o["ejected_for_ms"] =
+                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX).into();
+                    o["ejections"] = b.ejections().into();
+                }
+                o
             })
         })
         .collect();

@@ -104,6 +104,8 @@ fn check_rate(
     let Some(limiter) = limiter else {
         return Ok(());
     };
+    // No connection carries a verified identity before mTLS: `key: identity` falls back to the
+    // address (see `Peer`'s `From<ClientAddr>`, the hook for it).
     limiter.check(headers, client).map_err(|wait| {
         if let Some(m) = metrics {
             m.rate_limited();

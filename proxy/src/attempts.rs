@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::{
     addr::EndpointAddr,
     app::Shared,
-    balance::EndpointState,
+    balance::{EndpointState, InFlight},
     discovery::index::ServiceTarget,
     error::ProxyError,
     forward,
@@ -39,6 +39,8 @@ use crate::{
         timeout::{self, Deadline, TimeoutKind, Timeouts},
     },
 };
+
+mod flight;
 
 /// Extra draws the balancer gets to find an endpoint other than the one that just failed.
 const REPICKS: usize = 2;
@@ -76,12 +78,19 @@ pub async fn run(
         }
         let ep = pick(svc, last).ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
         last = Some(ep.addr());
+        // Held out here so that an attempt its deadline cuts short still reaches the breaker.
+        let mut flight = Some(ep.start());
         let tried = match attempt_deadline {
-            Some(d) => tokio::time::timeout_at(d.at, once(shared, ep, proto, parts, body))
-                .await
-                .unwrap_or(Tried::TimedOut(d.kind)),
-            None => once(shared, ep, proto, parts, body).await,
+            Some(d) => {
+                tokio::time::timeout_at(d.at, once(shared, ep, &mut flight, proto, parts, body))
+                    .await
+                    .unwrap_or(Tried::TimedOut(d.kind))
+            }
+            None => once(shared, ep, &mut flight, proto, parts, body).await,
         };
+        if let (Tried::TimedOut(kind), Some(f)) = (&tried, flight.take()) {
+            flight::timed_out(f, *kind, now);
+        }
         let attempt = Attempt {
             method: &method,
             grpc,
@@ -203,27 +212,29 @@ impl Tried {
     }
 }
 
-/// One attempt on one endpoint: a connection, then the exchange up to the response head.
+/// One attempt on one endpoint: a connection, then the exchange up to the response head;
+/// `flight` (the endpoint's in-flight count and breaker ticket) is ended with what happened.
 async fn once(
     shared: &Shared,
     ep: &Arc<EndpointState>,
+    flight: &mut Option<InFlight>,
     proto: UpstreamProto,
     parts: Parts,
     body: ProxyBody,
 ) -> Tried {
     let pool = shared.pools.get(ep.addr());
-    match pool.acquire(proto).await {
-        Ok(conn) => match forward::send(&pool, Some(ep), Some(conn), parts, body, false).await {
-            Ok(resp) => Tried::Answered(resp),
-            Err(e) => Tried::Failed(e),
-        },
-        Err(e) if e.is_retryable() => {
-            if matches!(e, ProxyError::Connect { .. }) {
-                ep.connect_failed();
-                metrics::counter!(crate::metrics::ENDPOINT_DOWN).increment(1);
-            }
-            Tried::NotSent(e, parts, body)
-        }
+    let acquired = pool.acquire(proto).await;
+    let conn = match acquired {
+        Ok(conn) => conn,
+        Err(e) => return flight::refused(ep, flight.take(), e, parts, body),
+    };
+    let sent = Instant::now();
+    let result = forward::exchange(&pool, Some(ep), Some(conn), parts, body, false).await;
+    if let Some(f) = flight.take() {
+        f.complete(&result, sent.elapsed());
+    }
+    match result {
+        Ok(resp) => Tried::Answered(resp),
         Err(e) => Tried::Failed(e),
     }
 }
@@ -265,6 +276,7 @@ impl Source {
         let client = match body {
             ProxyBody::Incoming(b) => ClientBody::Plain(b),
             ProxyBody::Tee(t) => ClientBody::Teed(t),
+            ProxyBody::Touched(t) => ClientBody::Touched(t),
             // Bodies the proxy made itself are not forwarded to services.
             other => return (Source::Once, other),
         };

@@ -105,7 +105,11 @@ pub async fn route(
         &parts,
         body,
     );
-    let result = forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body).await;
+    let idle = crate::idle::timeout_for(policy, svc);
+    let result = crate::idle::watch(idle, metrics.as_ref(), body, |body| {
+        forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body)
+    })
+    .await;
     let result = admitted.finish(result).map(|resp| {
         let (mut rp, b) = resp.into_parts();
         routing::apply_response_filters(route, &mut rp);

@@ -72,7 +72,8 @@ pub enum ProxyError {
         source: hyper::Error,
     },
     /// A deadline passed before a response head arrived: the request timeout, the client's
-    /// `grpc-timeout`, or the per-try timeout of a last attempt. The request may have been acted
+    /// `grpc-timeout`, the per-try timeout of a last attempt, or the stream idle timeout (nothing
+    /// moved either way while waiting). The request may have been acted
     /// on, so it is not retryable as an error; the retry stage decides on per-try timeouts itself.
     #[error("{} passed before the upstream answered", .0.name())]
     Timeout(TimeoutKind),
@@ -199,7 +200,12 @@ mod tests {
 
     #[test]
     fn timeouts_answer_504_naming_the_deadline_and_deadline_exceeded_to_grpc() {
-        for kind in [TimeoutKind::Request, TimeoutKind::PerTry, TimeoutKind::Grpc] {
+        for kind in [
+            TimeoutKind::Request,
+            TimeoutKind::PerTry,
+            TimeoutKind::Grpc,
+            TimeoutKind::Idle,
+        ] {
             let e = ProxyError::Timeout(kind);
             assert!(!e.is_retryable(), "the upstream may have acted on it");
             let r = rescue(&e, false);

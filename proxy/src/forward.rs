@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use http::{header, request::Parts, uri, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
@@ -68,7 +67,7 @@ pub async fn to_endpoint(
     addr: EndpointAddr,
     proto: UpstreamProto,
     mut parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let upgrade = prepare(&mut parts, proto)?;
     let pool = shared.pools.get(addr);
@@ -77,7 +76,7 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, body.into(), upgrade).await
+    send(&pool, None, conn, parts, body, upgrade).await
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.
@@ -99,6 +98,24 @@ pub(crate) async fn send(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let inflight = state.map(|s| s.start());
     let started = Instant::now();
+    let result = exchange(pool, state, conn, parts, body, upgrade).await;
+    if let Some(f) = inflight {
+        f.complete(&result, started.elapsed());
+    }
+    result
+}
+
+/// [`send`] for a caller that holds the request's [`InFlight`](crate::balance::InFlight)
+/// itself (`attempts.rs`: a deadline that cuts the exchange short must still reach the
+/// breaker); `state` only hears whether the connection worked.
+pub(crate) async fn exchange(
+    pool: &Arc<EndpointPool>,
+    state: Option<&Arc<EndpointState>>,
+    conn: Option<Conn>,
+    parts: Parts,
+    body: ProxyBody,
+    upgrade: bool,
+) -> Result<Response<ProxyBody>, ProxyError> {
     let result = match conn {
         Some(conn) if !upgrade => pool.send(conn, Request::from_parts(parts, body)).await,
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
@@ -109,9 +126,6 @@ pub(crate) async fn send(
             Ok(_) => s.connect_succeeded(),
             Err(_) => {}
         }
-    }
-    if let Some(f) = inflight {
-        f.complete(&result, started.elapsed());
     }
     let mut resp = result?;
     // The downstream connection has its own version; hyper frames the response for it.

@@ -13,6 +13,7 @@ use crate::{
     forward,
     http::{body::ProxyBody, headers},
     metrics::RouteMetrics,
+    resilience::idle::resolve,
 };
 
 /// Handles one inbound request; returns the metrics handle it counted on.
@@ -43,6 +44,11 @@ pub async fn request(
         None => Admitted::default(),
     };
     let proto = forward::same_as(parts.version);
-    let result = forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await;
+    // The local service's `policy.idleTimeout` (an unknown port gets none).
+    let idle = svc.and_then(|s| resolve(None, s.policy.source.idle_timeout));
+    let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
+        forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body)
+    })
+    .await;
     (m, admitted.finish(result))
 }

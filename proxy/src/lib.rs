@@ -18,6 +18,7 @@ pub mod error;
 pub mod forward;
 pub mod gateway;
 pub mod http;
+pub mod idle;
 pub mod inbound;
 pub mod memory;
 pub mod metrics;

@@ -44,6 +44,7 @@ pub const CONTROL_UPDATES: &str = "weir_control_updates_total";
 pub const CONTROL_RECONNECTS: &str = "weir_control_reconnects_total";
 pub const BREAKER_TRANSITIONS: &str = "weir_breaker_transitions_total";
 pub const ENDPOINTS_EJECTED: &str = "weir_endpoints_ejected";
+pub const ROUTE_BREAKER_TRANSITIONS: &str = "weir_route_breaker_transitions_total";
 pub const RATE_LIMITED: &str = "weir_rate_limited_total";
 pub const LOAD_SHED: &str = "weir_load_shed_total";
 pub const MIRRORS: &str = "weir_mirror_requests_total";
@@ -144,6 +145,10 @@ fn describe() {
     describe_counter!(
         BREAKER_TRANSITIONS,
         "Endpoint circuit-breaker changes, by service and new state (open, half_open, closed; refused: an ejection the minReadyEndpoints floor prevented)."
+    );
+    describe_counter!(
+        ROUTE_BREAKER_TRANSITIONS,
+        "Route circuit-breaker changes, by direction, service (the route's owner; empty for gateway routes), route and new state (open, half_open, closed)."
     );
     metrics::describe_gauge!(
         ENDPOINTS_EJECTED,

@@ -484,6 +484,9 @@ pub struct RouteTimeouts {
     pub request: Option<Dur>,
     #[serde(default)]
     pub backend_request: Option<Dur>,
+    /// How long a stream may go without a body frame in either direction (`0s`: no limit).
+    #[serde(default)]
+    pub idle: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
@@ -518,6 +521,9 @@ pub struct Policy {
     pub rate_limit: Option<RateLimitPolicy>,
     #[serde(default)]
     pub failfast: Option<Dur>,
+    /// The stream idle timeout of routes that set no `timeouts.idle` (`0s`: no limit).
+    #[serde(default)]
+    pub idle_timeout: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -560,9 +566,23 @@ pub struct RateLimitPolicy {
     pub requests_per_second: f64,
     #[serde(default)]
     pub burst: u32,
-    /// `none` (default), `client`, or `header:<name>`.
+    /// `none` (default), `client`, `identity`, or `header:<name>`.
     #[serde(default)]
     pub key: Option<String>,
+    /// Keys with their own limit instead of the default.
+    #[serde(default)]
+    pub overrides: Vec<RateOverride>,
+}
+
+/// A key value (header value, client IP or CIDR, identity) with its own rate limit.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateOverride {
+    pub value: String,
+    /// `0`: no limit for this key.
+    pub requests_per_second: f64,
+    #[serde(default)]
+    pub burst: u32,
 }
 
 /// HTTP method, validated at load time.

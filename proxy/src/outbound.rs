@@ -49,7 +49,7 @@ pub async fn request(
         let proto = forward::same_as(parts.version);
         return (
             m,
-            forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
+            forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body.into()).await,
         );
     };
     if svc.routes.table.is_empty() {
@@ -66,14 +66,10 @@ pub async fn request(
             Ok(a) => a,
             Err(e) => return (m, Err(e)),
         };
-        let result = forward::to_service(
-            shared,
-            svc,
-            &svc.default_route,
-            Some(&m),
-            parts,
-            body.into(),
-        )
+        let idle = crate::idle::timeout_for(&svc.default_route, svc);
+        let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
+            forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body)
+        })
         .await;
         return (m, admitted.finish(result));
     }

@@ -213,6 +213,20 @@ async fn an_open_route_breaker_fails_its_route_fast_and_leaves_other_routes_alon
         assert_eq!(r.header("weir-proxy-error"), Some("route-circuit-open"));
     }
     assert_eq!(app.requests(), seen, "the open route sent nothing");
+    let open = proxy.admin_get("/breakers").await.json();
+    assert_eq!(open.as_array().map(Vec::len), Some(1), "{open}");
+    assert_eq!(
+        (&open[0]["service"], &open[0]["route"], &open[0]["state"]),
+        (&SVC.into(), &"fragile".into(), &"open".into()),
+        "{open}"
+    );
+    let text = proxy.metrics_text().await;
+    let opened = [("direction", "gateway"), ("route", "fragile"), ("to", "open")];
+    assert_eq!(
+        sum(&text, "weir_route_breaker_transitions_total", &opened),
+        Some(1.0),
+        "the route breaker's opening is counted"
+    );
     let other = gw(&proxy, "/elsewhere").await;
     assert_eq!(other.status, StatusCode::OK, "{}", other.body);
     assert_eq!(app.requests(), seen + 1);

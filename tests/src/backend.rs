@@ -11,6 +11,7 @@
 //! - `/_/truncate/<n>`: a `200` head announcing `2n` bytes, `n` bytes of [`pattern_byte`], then
 //!   the connection dies (a response that fails while streaming)
 //! - `/_/slow-body/<ms>`: the head at once, its one-chunk body (`slow body\n`) after that delay
+//! - `/_/drip/<n>/<ms>`: the head at once, then `n` chunks of `drip\n`, one every `<ms>`
 //! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
 //!   every byte written on the upgraded stream is echoed back until the client closes.
 //!
@@ -217,6 +218,11 @@ async fn normal(
         .and_then(|m| m.parse().ok())
     {
         slow_body(Duration::from_millis(ms))
+    } else if let Some((n, ms)) = path.strip_prefix("/_/drip/").and_then(|d| {
+        let (n, ms) = d.split_once('/')?;
+        Some((n.parse().ok()?, ms.parse().ok()?))
+    }) {
+        drip_body(n, Duration::from_millis(ms))
     } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
         echo(state, req, status).await
@@ -362,6 +368,18 @@ fn slow_body(delay: Duration) -> Response<Body> {
         Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"slow body\n")))
     });
     Response::new(BodyExt::boxed(StreamBody::new(chunk)))
+}
+
+fn drip_body(n: usize, every: Duration) -> Response<Body> {
+    let chunks = futures_util::stream::unfold(0, move |i| async move {
+        if i == n {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+        let chunk = Ok::<_, BoxError>(Frame::data(Bytes::from_static(b"drip\n")));
+        Some((chunk, i + 1))
+    });
+    Response::new(BodyExt::boxed(StreamBody::new(chunks)))
 }
 
 /// Byte `i` of the deterministic pattern `/_/bytes/<n>` sends.

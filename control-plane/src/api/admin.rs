@@ -76,10 +76,15 @@ impl Admin for AdminApi {
             .ok_or_else(|| Status::not_found(format!("no service {name:?} in the registry")))?;
         let qualified = service.qualified_name();
         let proxies = self.ctx.proxies.list();
+        let (endpoints, route_breakers) = tokio::join!(
+            observe::endpoint_states(&proxies, &qualified),
+            observe::route_breakers(&proxies, &qualified),
+        );
         Ok(Response::new(pb::DescribeServiceResponse {
             service: Some(translate::service(service)),
-            endpoints: observe::endpoint_states(&proxies, &qualified).await,
+            endpoints,
             watching_proxies: self.ctx.proxies.watching(&qualified),
+            route_breakers,
         }))
     }
 
@@ -113,6 +118,10 @@ impl Admin for AdminApi {
             max_concurrent_requests: req.max_concurrent_requests,
             rate_limit_rps: req.rate_limit_rps,
             rate_limit_burst: req.rate_limit_burst,
+            max_pending_requests: req.max_pending_requests,
+            failfast: req.failfast,
+            min_ejection: req.min_ejection,
+            max_ejection: req.max_ejection,
         };
         let outcome = persist::set_policy(&self.ctx.store, &edit, req.dry_run)
             .await

@@ -52,6 +52,7 @@ pub fn route(r: &model::Route) -> pb::Route {
         timeouts: r.timeouts.as_ref().map(|t| pb::RouteTimeouts {
             request: t.request.map(|d| duration(d.0)),
             backend_request: t.backend_request.map(|d| duration(d.0)),
+            idle: t.idle.map(|d| duration(d.0)),
         }),
         retry: r.retry.as_ref().map(|r| pb::RetryPolicy {
             attempts: r.attempts,
@@ -198,6 +199,7 @@ pub fn policy(p: &model::Policy) -> pb::Policy {
         max_pending_requests: p.max_pending_requests,
         rate_limit: p.rate_limit.as_ref().map(rate_limit),
         failfast: p.failfast.map(|d| duration(d.0)),
+        idle_timeout: p.idle_timeout.map(|d| duration(d.0)),
     }
 }
 
@@ -220,6 +222,15 @@ fn rate_limit(r: &model::RateLimitPolicy) -> pb::RateLimitPolicy {
         requests_per_second: r.requests_per_second,
         burst: r.burst,
         key: r.key.clone().unwrap_or_default(),
+        overrides: r
+            .overrides
+            .iter()
+            .map(|o| pb::RateOverride {
+                value: o.value.clone(),
+                requests_per_second: o.requests_per_second,
+                burst: o.burst,
+            })
+            .collect(),
     }
 }
 

@@ -70,15 +70,44 @@ pub fn describe(r: &pb::DescribeServiceResponse) -> String {
             t.row(vec![
                 e.proxy_id.clone(),
                 e.address.clone(),
-                e.state.clone(),
+                breaker_state(&e.state, e.ejected_for_ms, e.ejections),
                 e.in_flight.to_string(),
                 ms(e.latency_ewma_ms),
             ]);
         }
         indent(&mut out, &t.render());
     }
+    if !r.route_breakers.is_empty() {
+        out.push_str("Route breakers not closed:\n");
+        let mut t = Table::new(&["PROXY", "ROUTE", "STATE"]);
+        for b in &r.route_breakers {
+            let route = if b.gateway {
+                format!("{} (gateway)", b.route)
+            } else {
+                b.route.clone()
+            };
+            let state = breaker_state(&b.state, Some(b.ejected_for_ms), Some(b.ejections));
+            t.row(vec![b.proxy_id.clone(), route, state]);
+        }
+        indent(&mut out, &t.render());
+    }
     field(&mut out, "Watched by:", list(&r.watching_proxies));
     out
+}
+
+/// `ejected (probe in 41s, ejection 2)`, `probing (ejection 1)`, or the state as is.
+fn breaker_state(state: &str, ejected_for_ms: Option<u64>, ejections: Option<u32>) -> String {
+    let n = ejections.unwrap_or(0);
+    match ejected_for_ms {
+        Some(ms) if ms > 0 && n > 0 => {
+            let probe = weir_proxy::model::format_duration(std::time::Duration::from_secs(
+                ms.div_ceil(1000),
+            ));
+            format!("{state} (probe in {probe}, ejection {n})")
+        }
+        _ if n > 0 => format!("{state} (ejection {n})"),
+        _ => state.to_string(),
+    }
 }
 
 fn yaml<T: serde::Serialize>(v: &T) -> String {

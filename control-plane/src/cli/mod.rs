@@ -137,12 +137,42 @@ pub struct PolicyFields {
     /// Requests in flight to the service at most; 0 removes the cap.
     #[arg(long, value_name = "N")]
     pub max_concurrent_requests: Option<u32>,
-    /// Requests per second allowed; 0 removes the rate limit.
-    #[arg(long, value_name = "RPS")]
-    pub rate_limit: Option<f64>,
+    /// Requests waiting for a slot under the concurrency cap, at most; 0 removes the queue.
+    #[arg(long, value_name = "N")]
+    pub max_pending_requests: Option<u32>,
+    /// How long a request waits for a slot or a ready endpoint (`250ms`); `0s`: the default.
+    #[arg(long, value_name = "DURATION")]
+    pub failfast: Option<String>,
+    /// Requests per second allowed, and optionally the burst (`100`, `100/20`, `0.5/1`); 0
+    /// removes the rate limit.
+    #[arg(long, value_name = "RPS[/BURST]", value_parser = rate_limit)]
+    pub rate_limit: Option<(f64, Option<u32>)>,
     /// Rate-limit burst.
     #[arg(long, value_name = "N")]
     pub burst: Option<u32>,
+    /// An ejected endpoint's first ejection (`5s`); `0s`: the default.
+    #[arg(long, value_name = "DURATION")]
+    pub min_ejection: Option<String>,
+    /// The longest ejection, however often the probe fails (`2m`); `0s`: the default.
+    #[arg(long, value_name = "DURATION")]
+    pub max_ejection: Option<String>,
+}
+
+/// `RPS` or `RPS/BURST`.
+fn rate_limit(s: &str) -> Result<(f64, Option<u32>), String> {
+    let (rps, burst) = match s.split_once('/') {
+        Some((r, b)) => (r, Some(b)),
+        None => (s, None),
+    };
+    let rps: f64 = rps
+        .trim()
+        .parse()
+        .map_err(|_| format!("{rps:?} is not a number of requests per second"))?;
+    let burst = burst
+        .map(|b| b.trim().parse::<u32>())
+        .transpose()
+        .map_err(|_| "the burst after `/` must be a whole number".to_string())?;
+    Ok((rps, burst))
 }
 
 /// `stat [SVC] …`.

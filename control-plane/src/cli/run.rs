@@ -159,9 +159,13 @@ fn policy_request(set: &PolicySet) -> pb::SetPolicyRequest {
         retry_budget_min_per_second: f.retry_min_per_second,
         consecutive_failures: f.consecutive_failures,
         max_concurrent_requests: f.max_concurrent_requests,
-        rate_limit_rps: f.rate_limit,
-        rate_limit_burst: f.burst,
+        rate_limit_rps: f.rate_limit.map(|(rps, _)| rps),
+        rate_limit_burst: f.rate_limit.and_then(|(_, burst)| burst).or(f.burst),
         dry_run: set.dry_run,
+        max_pending_requests: f.max_pending_requests,
+        failfast: f.failfast.clone(),
+        min_ejection: f.min_ejection.clone(),
+        max_ejection: f.max_ejection.clone(),
     }
 }
 

@@ -376,3 +376,57 @@ fn usage_errors_exit_2() {
     let bad_output = Cli::try_parse_from(["weirctl", "-o", "xml", "check"]);
     assert_eq!(bad_output.expect_err("not a format").exit_code(), 2);
 }
+
+#[test]
+fn describe_shows_how_long_an_ejection_lasts_and_open_route_breakers() {
+    let state = |address: &str, state: &str, left: Option<u64>, n: Option<u32>| pb::EndpointState {
+        address: address.into(),
+        proxy_id: "p1".into(),
+        state: state.into(),
+        in_flight: 0,
+        latency_ewma_ms: 1.0,
+        ejected_for_ms: left,
+        ejections: n,
+    };
+    let r = pb::DescribeServiceResponse {
+        service: Some(service("web", "default", &[], &[true, true])),
+        endpoints: vec![
+            state("10.0.0.0:80", "ready", None, None),
+            state("10.0.0.1:80", "ejected", Some(41_200), Some(2)),
+            state("10.0.0.2:80", "probing", Some(0), Some(1)),
+        ],
+        watching_proxies: vec!["p1".into()],
+        route_breakers: vec![pb::RouteBreakerState {
+            route: "refunds".into(),
+            proxy_id: "p1".into(),
+            state: "open".into(),
+            ejected_for_ms: 9_000,
+            ejections: 1,
+            gateway: true,
+        }],
+    };
+    let out = format::describe(&r);
+    assert!(out.contains("  p1      10.0.0.0:80   ready   "), "{out}");
+    assert!(
+        out.contains("10.0.0.1:80   ejected (probe in 42s, ejection 2)"),
+        "{out}"
+    );
+    assert!(out.contains("10.0.0.2:80   probing (ejection 1)"), "{out}");
+    assert!(
+        out.contains("Route breakers not closed:\n  PROXY   ROUTE               STATE\n  p1      refunds (gateway)   open (probe in 9s, ejection 1)\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn rate_limit_takes_a_burst_after_a_slash() {
+    let cli = Cli::try_parse_from(["weirctl", "policy", "set", "web", "--rate-limit", "0.5/3"])
+        .expect("valid");
+    let super::Command::Policy(super::PolicyCommand::Set(set)) = cli.command else {
+        panic!("policy set");
+    };
+    assert_eq!(set.fields.rate_limit, Some((0.5, Some(3))));
+    assert!(
+        Cli::try_parse_from(["weirctl", "policy", "set", "web", "--rate-limit", "5/x"]).is_err()
+    );
+}

@@ -18,6 +18,9 @@ struct Reported {
     in_flight: u64,
     #[serde(default)]
     latency_ewma_ms: f64,
+    /// Only while ejected or probing.
+    ejected_for_ms: Option<u64>,
+    ejections: Option<u32>,
 }
 
 /// Endpoints of `service` (`name` or `name.namespace`) from every reachable proxy, sorted by
@@ -54,6 +57,8 @@ pub(super) async fn endpoint_states(
                     state: e.state,
                     in_flight: e.in_flight,
                     latency_ewma_ms: e.latency_ewma_ms,
+                    ejected_for_ms: e.ejected_for_ms,
+                    ejections: e.ejections,
                 }),
         );
     }

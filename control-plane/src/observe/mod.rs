@@ -1,9 +1,10 @@
 //! Live views gathered from the connected proxies' admin listeners: endpoint state for
 //! `weirctl describe`, golden signals for `weirctl stat`.
 //!
-//! Each proxy is read over plain HTTP/1.1 (`/metrics`, `/endpoints`), all at once, each bounded
+//! Each proxy is read over plain HTTP/1.1 (`/metrics`, `/endpoints`, `/breakers`), all at once, each bounded
 //! by a short timeout; a proxy that cannot be read is skipped, never fatal.
 
+mod breakers;
 mod endpoints;
 mod history;
 pub mod prom_text;
@@ -26,6 +27,12 @@ pub use history::History;
 /// admin `/endpoints`.
 pub async fn endpoint_states(proxies: &[ProxySummary], service: &str) -> Vec<pb::EndpointState> {
     endpoints::endpoint_states(proxies, service).await
+}
+
+/// Route circuit breakers of `service` that are open or probing, as each proxy reports them on
+/// its admin `/breakers`.
+pub async fn route_breakers(proxies: &[ProxySummary], service: &str) -> Vec<pb::RouteBreakerState> {
+    breakers::route_breakers(proxies, service).await
 }
 
 /// Success rate, RPS and latency percentiles per service and route over `window`, from the

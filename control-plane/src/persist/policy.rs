@@ -24,6 +24,14 @@ pub struct PolicyEdit {
     pub rate_limit_rps: Option<f64>,
     /// Rate limit burst (needs a rate limit, existing or given).
     pub rate_limit_burst: Option<u32>,
+    /// Queue for a concurrency slot; 0 clears it.
+    pub max_pending_requests: Option<u32>,
+    /// Go-style duration; `0s` clears it (the default, 1 s).
+    pub failfast: Option<String>,
+    /// Breaker's first ejection; `0s` clears it (the default, 1 s).
+    pub min_ejection: Option<String>,
+    /// Breaker's longest ejection; `0s` clears it (the default, 60 s).
+    pub max_ejection: Option<String>,
 }
 
 impl PolicyEdit {
@@ -40,11 +48,7 @@ impl PolicyEdit {
     pub fn apply(&self, policy: &mut Policy) -> Result<(), Vec<String>> {
         let mut problems = Vec::new();
         if let Some(t) = &self.timeout {
-            match parse_duration(t) {
-                Ok(d) if d.is_zero() => policy.timeout = None,
-                Ok(d) => policy.timeout = Some(Dur(d)),
-                Err(e) => problems.push(format!("timeout: invalid duration {t:?}: {e}")),
-            }
+            set_duration(&mut policy.timeout, "timeout", t, &mut problems);
         }
         if let Some(ratio) = self.retry_budget_ratio {
             let budget = policy.retry_budget.get_or_insert(RetryBudget {
@@ -63,23 +67,56 @@ impl PolicyEdit {
                 ),
             }
         }
-        if let Some(n) = self.consecutive_failures {
-            let cb = policy
-                .circuit_breaker
-                .get_or_insert_with(CircuitBreakerPolicy::default);
-            cb.consecutive_failures = (n > 0).then_some(n);
-            if *cb == CircuitBreakerPolicy::default() {
-                policy.circuit_breaker = None;
-            }
-        }
+        self.breaker(policy, &mut problems);
         if let Some(n) = self.max_concurrent_requests {
             policy.max_concurrent_requests = (n > 0).then_some(n);
+        }
+        if let Some(n) = self.max_pending_requests {
+            policy.max_pending_requests = (n > 0).then_some(n);
+        }
+        if let Some(t) = &self.failfast {
+            set_duration(&mut policy.failfast, "failfast", t, &mut problems);
         }
         self.rate_limit(policy, &mut problems);
         if problems.is_empty() {
             Ok(())
         } else {
             Err(problems)
+        }
+    }
+
+    /// The endpoint breaker's fields; a breaker left with none set is removed.
+    fn breaker(&self, policy: &mut Policy, problems: &mut Vec<String>) {
+        let untouched = self.consecutive_failures.is_none()
+            && self.min_ejection.is_none()
+            && self.max_ejection.is_none();
+        if untouched {
+            return;
+        }
+        let cb = policy
+            .circuit_breaker
+            .get_or_insert_with(CircuitBreakerPolicy::default);
+        if let Some(n) = self.consecutive_failures {
+            cb.consecutive_failures = (n > 0).then_some(n);
+        }
+        if let Some(t) = &self.min_ejection {
+            set_duration(
+                &mut cb.min_ejection,
+                "circuitBreaker.minEjection",
+                t,
+                problems,
+            );
+        }
+        if let Some(t) = &self.max_ejection {
+            set_duration(
+                &mut cb.max_ejection,
+                "circuitBreaker.maxEjection",
+                t,
+                problems,
+            );
+        }
+        if *cb == CircuitBreakerPolicy::default() {
+            policy.circuit_breaker = None;
         }
     }
 
@@ -102,6 +139,7 @@ impl PolicyEdit {
                         requests_per_second: rps,
                         burst: 0,
                         key: None,
+                        overrides: Vec::new(),
                     })
                     .requests_per_second = rps;
             }
@@ -115,6 +153,15 @@ impl PolicyEdit {
                 ),
             }
         }
+    }
+}
+
+/// Sets `field` from a Go-style duration; `0s` clears it.
+fn set_duration(field: &mut Option<Dur>, name: &str, text: &str, problems: &mut Vec<String>) {
+    match parse_duration(text) {
+        Ok(d) if d.is_zero() => *field = None,
+        Ok(d) => *field = Some(Dur(d)),
+        Err(e) => problems.push(format!("{name}: invalid duration {text:?}: {e}")),
     }
 }
 

@@ -251,6 +251,59 @@ async fn setting_a_policy_changes_only_the_named_fields() {
 }
 
 #[tokio::test]
+async fn breaker_queue_and_failfast_edits_splice_in_and_zero_clears_them() {
+    let f = fixture(FILE);
+    let edit = PolicyEdit {
+        service: "auth".into(),
+        consecutive_failures: Some(3),
+        min_ejection: Some("5s".into()),
+        max_ejection: Some("2m".into()),
+        max_pending_requests: Some(20),
+        failfast: Some("250ms".into()),
+        ..Default::default()
+    };
+    set_policy(&f.store, &edit, false).await.expect("valid");
+    let policy = registry_file::load(&f.path).expect("valid").services[0]
+        .policy
+        .clone();
+    let cb = policy.circuit_breaker.expect("a breaker");
+    assert_eq!(cb.consecutive_failures, Some(3));
+    assert_eq!(cb.min_ejection.map(|d| d.0.as_secs()), Some(5));
+    assert_eq!(cb.max_ejection.map(|d| d.0.as_secs()), Some(120));
+    assert_eq!(policy.max_pending_requests, Some(20));
+    assert_eq!(policy.failfast.map(|d| d.0.as_millis()), Some(250));
+    assert!(
+        f.text().contains("# web: the front end\n"),
+        "spliced, comments kept"
+    );
+
+    let clear = PolicyEdit {
+        service: "auth".into(),
+        consecutive_failures: Some(0),
+        min_ejection: Some("0s".into()),
+        max_ejection: Some("0s".into()),
+        max_pending_requests: Some(0),
+        failfast: Some("0s".into()),
+        ..Default::default()
+    };
+    set_policy(&f.store, &clear, false).await.expect("valid");
+    let policy = registry_file::load(&f.path).expect("valid").services[0]
+        .policy
+        .clone();
+    assert_eq!(policy, Default::default(), "every field cleared");
+    let bad = PolicyEdit {
+        service: "auth".into(),
+        failfast: Some("soon".into()),
+        ..Default::default()
+    };
+    let err = set_policy(&f.store, &bad, true).await.expect_err("invalid");
+    assert!(
+        format!("{err:?}").contains("policy.failfast: invalid duration"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_policy_edit_of_an_unknown_service_is_not_found() {
     let f = fixture(FILE);
     let edit = PolicyEdit {

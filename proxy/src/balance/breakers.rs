@@ -90,6 +90,28 @@ fn observer(service: &str, gate: &Arc<EjectionGate>) -> Observer {
     })
 }
 
+/// Counts a route breaker's transitions in `weir_route_breaker_transitions_total{direction,
+/// service, route, to}` (`service` empty for gateway routes); handles built once, here.
+pub fn route_observer(direction: &'static str, service: &str, route: &str) -> Observer {
+    let counter = |to: &'static str| -> Counter {
+        metrics::counter!(
+            m::ROUTE_BREAKER_TRANSITIONS,
+            "direction" => direction,
+            "service" => service.to_string(),
+            "route" => route.to_string(),
+            "to" => to
+        )
+    };
+    let [open, half_open, closed] = ["open", "half_open", "closed"].map(counter);
+    Arc::new(move |t: Transition| match t {
+        Transition::Ejected(_) => open.increment(1),
+        Transition::Probing => half_open.increment(1),
+        Transition::Closed => closed.increment(1),
+        // A route breaker has no floor: its gate is unbounded.
+        Transition::EjectionRefused => {}
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

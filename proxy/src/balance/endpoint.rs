@@ -9,17 +9,9 @@ use std::{
 };
 
 use arc_swap::ArcSwapOption;
-use http::Response;
 
-use super::{ewma::PeakEwma, now_nanos, unit_random, BalanceConfig};
-use crate::{
-    addr::EndpointAddr,
-    error::ProxyError,
-    resilience::{
-        breaker::{Admission, CircuitBreaker},
-        outcome,
-    },
-};
+use super::{ewma::PeakEwma, now_nanos, unit_random, BalanceConfig, InFlight};
+use crate::{addr::EndpointAddr, resilience::breaker::CircuitBreaker};
 
 /// Per-address balancer state, shared by every worker thread and kept across registry reloads.
 #[derive(Debug)]
@@ -27,8 +19,8 @@ pub struct EndpointState {
     addr: EndpointAddr,
     weight: AtomicU32,
     ready: AtomicBool,
-    ewma: PeakEwma,
-    pending: AtomicU32,
+    pub(super) ewma: PeakEwma,
+    pub(super) pending: AtomicU32,
     /// `now_nanos()` until which the endpoint is skipped; `0` = up.
     down_until: AtomicU64,
     failures: AtomicU32,
@@ -122,10 +114,7 @@ impl EndpointState {
         } else {
             None
         };
-        InFlight {
-            endpoint: Arc::clone(self),
-            admission,
-        }
+        InFlight::new(Arc::clone(self), admission)
     }
 
     /// Requests currently in flight.
@@ -228,45 +217,6 @@ impl EndpointState {
 
 fn nanos_u64(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A request in flight to one endpoint; dropping it without [`InFlight::finish`] counts the
-/// request as cancelled (no latency sample).
-#[derive(Debug)]
-#[must_use = "dropping it at once ends the request"]
-pub struct InFlight {
-    endpoint: Arc<EndpointState>,
-    admission: Option<Admission>,
-}
-
-impl InFlight {
-    /// The endpoint the request went to.
-    pub fn endpoint(&self) -> &Arc<EndpointState> {
-        &self.endpoint
-    }
-
-    /// Ends the request, recording how long the endpoint took.
-    pub fn finish(self, rtt: Duration) {
-        self.endpoint.ewma.observe(rtt, now_nanos());
-    }
-
-    /// Ends the request with its result: the breaker hears whether the upstream failed, and an
-    /// answer is a latency sample, raised to the penalty an upstream 429 / `Retry-After` asks.
-    pub fn complete<B>(mut self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
-        if let (Some(a), Some(failed)) = (self.admission.take(), outcome::is_failure(result)) {
-            a.record(!failed);
-        }
-        if let Ok(resp) = result {
-            let penalty = outcome::throttle_penalty(resp).unwrap_or_default();
-            self.finish(rtt.max(penalty));
-        }
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.endpoint.pending.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,14 @@ impl PeakEwma {
         });
     }
 
+    /// Folds in a latency known only as a lower bound (the request was cut off after `at_least`):
+    /// it raises the estimate, and is no sample when the estimate is already higher.
+    pub(super) fn observe_at_least(&self, at_least: Duration, now: u64) {
+        if nanos(at_least) > self.get(now) {
+            self.observe(at_least, now);
+        }
+    }
+
     /// Adds `d` to the estimate; it decays away like any other latency.
     pub(super) fn penalize(&self, d: Duration) {
         let d = nanos(d);

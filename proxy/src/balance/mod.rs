@@ -8,13 +8,16 @@
 mod breakers;
 mod endpoint;
 mod ewma;
+mod in_flight;
 mod p2c;
 
 use std::{cell::RefCell, sync::OnceLock, time::Duration};
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
-pub use endpoint::{EndpointState, InFlight};
+pub use breakers::route_observer;
+pub use endpoint::EndpointState;
+pub use in_flight::InFlight;
 pub use p2c::EndpointSet;
 
 /// Static balancer tuning (from the proxy's configuration, not the registry).

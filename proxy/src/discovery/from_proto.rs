@@ -12,7 +12,7 @@ use weir_proto::discovery as pb;
 
 use crate::model::{
     self, AppProtocol, CircuitBreakerPolicy, Dur, Endpoint, Gateway, Policy, RateLimitPolicy,
-    Registry, RetryBudget, Service, SuccessRate,
+    RateOverride, Registry, RetryBudget, Service, SuccessRate,
 };
 
 /// A discovery message the proxy cannot use: which field, and why.
@@ -181,6 +181,7 @@ impl TryFrom<pb::Policy> for Policy {
             max_pending_requests: p.max_pending_requests,
             rate_limit: p.rate_limit.map(rate_limit),
             failfast: opt_dur("failfast", p.failfast)?,
+            idle_timeout: opt_dur("idle_timeout", p.idle_timeout)?,
         })
     }
 }
@@ -210,6 +211,15 @@ fn rate_limit(r: pb::RateLimitPolicy) -> RateLimitPolicy {
         requests_per_second: r.requests_per_second,
         burst: r.burst,
         key: Some(r.key).filter(|k| !k.is_empty()),
+        overrides: r
+            .overrides
+            .into_iter()
+            .map(|o| RateOverride {
+                value: o.value,
+                requests_per_second: o.requests_per_second,
+                burst: o.burst,
+            })
+            .collect(),
     }
 }
 

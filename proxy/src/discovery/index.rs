@@ -6,7 +6,7 @@ use std::{collections::HashMap, net::SocketAddr, sync::Arc};
 
 use crate::{
     addr::OrigDstAddr,
-    balance::{BalanceConfig, EndpointSet},
+    balance::{route_observer, BalanceConfig, EndpointSet},
     metrics::{Direction, RouteMetrics, TcpMetrics},
     model::{Dur, Filter, Registry, Route, Service},
     resilience::policy::{RoutePolicy, ServicePolicy},
@@ -48,21 +48,23 @@ impl RouteSet {
         let mut backends = Vec::with_capacity(routes.len());
         let policies = routes
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 let old = prev.and_then(|p| {
                     p.policies
                         .iter()
                         .find(|q| q.source.name == r.name && !r.name.is_empty())
                 });
-                RoutePolicy::build(r, service_timeout, old)
+                let observer = || {
+                    let name = route_label(r, i);
+                    let owner = service.unwrap_or_default();
+                    Some(route_observer(direction.as_str(), owner, &name))
+                };
+                RoutePolicy::build(r, service_timeout, old, observer)
             })
             .collect();
         for (i, r) in routes.iter().enumerate() {
-            let route_name = if r.name.is_empty() {
-                format!("route-{i}")
-            } else {
-                r.name.clone()
-            };
+            let route_name = route_label(r, i);
             let mut per_backend = Vec::with_capacity(r.backend_refs.len().max(1));
             let mut resolved = Vec::with_capacity(r.backend_refs.len());
             for b in &r.backend_refs {
@@ -220,6 +222,7 @@ impl Snapshot {
                         &Route::default(),
                         timeout,
                         prev_svc.map(|t| &t.default_route),
+                        || None,
                     ),
                     endpoints,
                     default_metrics: [
@@ -292,5 +295,14 @@ impl Snapshot {
     /// All services, in registry order.
     pub fn services(&self) -> &[Arc<ServiceTarget>] {
         &self.services
+    }
+}
+
+/// The `route` label of the `i`th route: its name, or `route-<i>` when it has none.
+fn route_label(r: &Route, i: usize) -> String {
+    if r.name.is_empty() {
+        format!("route-{i}")
+    } else {
+        r.name.clone()
     }
 }

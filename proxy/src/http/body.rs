@@ -10,6 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::pool::PoolReturn;
+use crate::idle::{IdleBody, Touched};
 use crate::mirror::tee::Tee;
 use crate::resilience::{
     limit::Permit,
@@ -27,6 +28,9 @@ pub enum BodyError {
     /// buffer before a retry could resend it, or a retry took it over.
     #[error(transparent)]
     Replay(#[from] ReplayError<hyper::Error>),
+    /// No body frame moved in either direction for the stream idle timeout.
+    #[error("the stream was idle for its idle timeout")]
+    Idle,
 }
 
 /// A request or response body: streamed from a peer, or produced by the proxy.
@@ -48,6 +52,10 @@ pub enum ProxyBody {
     Classified(Box<crate::classify::Classified>),
     /// A request body streamed on while a copy is kept for mirrors.
     Tee(Box<Tee<Incoming>>),
+    /// A request body that touches its stream's idle clock (routes with an idle timeout).
+    Touched(Box<Touched<ClientBody>>),
+    /// A response body cut when its stream stands idle (routes with an idle timeout).
+    Idle(Pin<Box<IdleBody<ProxyBody>>>),
 }
 
 impl From<Incoming> for ProxyBody {
@@ -95,6 +103,8 @@ impl Body for ProxyBody {
             ProxyBody::Held(b, _) => return Pin::new(b.as_mut()).poll_frame(cx),
             ProxyBody::Classified(c) => return c.poll_frame(cx),
             ProxyBody::Tee(t) => t.poll_frame(cx),
+            ProxyBody::Touched(t) => Pin::new(t.as_mut()).poll_frame(cx),
+            ProxyBody::Idle(b) => return b.as_mut().poll_frame(cx),
         };
         polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
@@ -109,6 +119,8 @@ impl Body for ProxyBody {
             ProxyBody::Held(b, _) => b.is_end_stream(),
             ProxyBody::Classified(c) => c.inner().is_end_stream(),
             ProxyBody::Tee(t) => t.inner().is_end_stream(),
+            ProxyBody::Touched(t) => t.is_end_stream(),
+            ProxyBody::Idle(b) => b.is_end_stream(),
         }
     }
 
@@ -122,6 +134,8 @@ impl Body for ProxyBody {
             ProxyBody::Held(b, _) => b.size_hint(),
             ProxyBody::Classified(c) => c.inner().size_hint(),
             ProxyBody::Tee(t) => t.inner().size_hint(),
+            ProxyBody::Touched(t) => t.size_hint(),
+            ProxyBody::Idle(b) => b.size_hint(),
         }
     }
 }
@@ -157,6 +171,8 @@ pub enum ClientBody {
     Plain(Incoming),
     /// Read through the tee that copies it for mirrors.
     Teed(Box<Tee<Incoming>>),
+    /// Read through the stream's idle clock.
+    Touched(Box<Touched<ClientBody>>),
 }
 
 impl Body for ClientBody {
@@ -170,6 +186,7 @@ impl Body for ClientBody {
         match self.get_mut() {
             ClientBody::Plain(b) => Pin::new(b).poll_frame(cx),
             ClientBody::Teed(t) => t.poll_frame(cx),
+            ClientBody::Touched(t) => Pin::new(t.as_mut()).poll_frame(cx),
         }
     }
 
@@ -177,6 +194,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Plain(b) => b.is_end_stream(),
             ClientBody::Teed(t) => t.inner().is_end_stream(),
+            ClientBody::Touched(t) => t.is_end_stream(),
         }
     }
 
@@ -184,6 +202,7 @@ impl Body for ClientBody {
         match self {
             ClientBody::Plain(b) => b.size_hint(),
             ClientBody::Teed(t) => t.inner().size_hint(),
+            ClientBody::Touched(t) => t.size_hint(),
         }
     }
 }

@@ -171,6 +171,11 @@ impl CircuitBreaker {
         }
     }
 
+    /// Ejections in a row since it last passed a probe (what doubles the next ejection).
+    pub fn ejections(&self) -> u32 {
+        self.ejections.load(Ordering::Acquire)
+    }
+
     /// The policy it was built from (a reload keeps the breaker only when this is unchanged).
     pub fn policy(&self) -> &BreakerPolicy {
         &self.policy

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod breaker;
 pub mod budget;
 pub mod grpc;
+pub mod idle;
 pub mod limit;
 pub mod outcome;
 pub mod policy;

@@ -32,10 +32,18 @@ pub const MAX_THROTTLE_PENALTY: Duration = Duration::from_secs(10);
 pub fn is_failure<B>(result: &Result<Response<B>, ProxyError>) -> Option<bool> {
     match result {
         Ok(resp) => Some(response_failed(resp)),
-        Err(ProxyError::Connect { .. } | ProxyError::Upstream { .. })
-        | Err(ProxyError::Handshake { .. }) => Some(true),
-        Err(_) => None,
+        Err(e) => error_is_failure(e),
     }
+}
+
+/// `Some(true)` for an error of the upstream's making (a refused or failed connect, a reset, a
+/// failed handshake), `None` for one of the request's own.
+pub fn error_is_failure(e: &ProxyError) -> Option<bool> {
+    matches!(
+        e,
+        ProxyError::Connect { .. } | ProxyError::Upstream { .. } | ProxyError::Handshake { .. }
+    )
+    .then_some(true)
 }
 
 fn response_failed<B>(resp: &Response<B>) -> bool {

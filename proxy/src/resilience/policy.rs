@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::model;
 
 use super::{
-    breaker::{BreakerPolicy, CircuitBreaker, EjectionGate},
+    breaker::{BreakerPolicy, CircuitBreaker, EjectionGate, Observer},
     budget::Budget,
     limit::ConcurrencyLimit,
     rate_limit::RateLimiter,
@@ -79,10 +79,12 @@ impl ServicePolicy {
 
 impl RoutePolicy {
     /// Compiles `route` under `service_timeout`, reusing `prev` when nothing it depends on changed.
+    /// `observer` is asked for only when a new route breaker is made (it counts its transitions).
     pub fn build(
         route: &model::Route,
         service_timeout: Option<model::Dur>,
         prev: Option<&Arc<RoutePolicy>>,
+        observer: impl FnOnce() -> Option<Observer>,
     ) -> Arc<RoutePolicy> {
         let timeouts = Timeouts::new(route.timeouts.as_ref(), service_timeout);
         if let Some(p) = prev.filter(|p| p.source == *route && p.timeouts == timeouts) {
@@ -98,7 +100,7 @@ impl RoutePolicy {
                 .and_then(|r| RateLimiter::new(r).ok())
                 .map(Arc::new),
             breaker: route.circuit_breaker.as_ref().map(|b| {
-                CircuitBreaker::new(BreakerPolicy::new(b), EjectionGate::unbounded(), None)
+                CircuitBreaker::new(BreakerPolicy::new(b), EjectionGate::unbounded(), observer())
             }),
         })
     }
@@ -132,17 +134,20 @@ mod tests {
             &route,
             Some(model::Dur(std::time::Duration::from_secs(1))),
             None,
+            || None,
         );
         let same = RoutePolicy::build(
             &route,
             Some(model::Dur(std::time::Duration::from_secs(1))),
             Some(&a),
+            || None,
         );
         assert!(Arc::ptr_eq(&a, &same));
         let other = RoutePolicy::build(
             &route,
             Some(model::Dur(std::time::Duration::from_secs(2))),
             Some(&a),
+            || None,
         );
         assert!(!Arc::ptr_eq(&a, &other));
     }

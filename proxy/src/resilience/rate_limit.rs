@@ -3,6 +3,7 @@
 
 use std::{
     hash::{BuildHasher, Hash, RandomState},
+    net::IpAddr,
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
@@ -102,16 +103,42 @@ impl TokenBucket {
 }
 
 mod keyed;
+mod overrides;
 
 pub use keyed::KeyedBuckets;
+pub use overrides::OverrideError;
+use overrides::Overrides;
 
-/// What a limit is counted per: `key: none | client | header:<name>`.
+/// Who sent a request, as rate limits key it.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer<'a> {
+    /// The downstream address.
+    pub addr: ClientAddr,
+    /// The client's verified mesh identity, when its connection proved one.
+    pub identity: Option<&'a str>,
+}
+
+impl From<ClientAddr> for Peer<'_> {
+    /// A peer known only by its address: every connection today. mTLS hook: once the inbound
+    /// listener verifies client certificates, the connection's identity (its SPIFFE ID) travels
+    /// in `ConnInfo` and admission builds the `Peer` with it, so `key: identity` keys by it.
+    fn from(addr: ClientAddr) -> Self {
+        Self {
+            addr,
+            identity: None,
+        }
+    }
+}
+
+/// What a limit is counted per: `key: none | client | identity | header:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateKey {
     /// One bucket for everyone.
     None,
     /// A bucket per client IP address.
     Client,
+    /// A bucket per client mesh identity; per address for a client without one.
+    Identity,
     /// A bucket per value of this request header (requests without it share one).
     Header(HeaderName),
 }
@@ -122,11 +149,14 @@ impl RateKey {
         match key {
             None | Some("none") => Ok(RateKey::None),
             Some("client") => Ok(RateKey::Client),
+            Some("identity") => Ok(RateKey::Identity),
             Some(k) => match k.strip_prefix("header:") {
                 Some(name) => HeaderName::from_bytes(name.as_bytes())
                     .map(RateKey::Header)
                     .map_err(|_| format!("invalid header name {name:?}")),
-                None => Err(format!("expected none, client or header:<name>, got {k:?}")),
+                None => Err(format!(
+                    "expected none, client, identity or header:<name>, got {k:?}"
+                )),
             },
         }
     }
@@ -138,6 +168,7 @@ pub struct RateLimiter {
     key: RateKey,
     global: TokenBucket,
     keyed: Option<KeyedBuckets>,
+    overrides: Option<Box<Overrides>>,
 }
 
 impl RateLimiter {
@@ -149,28 +180,55 @@ impl RateLimiter {
             return Err(format!("requestsPerSecond must be positive, got {rps}"));
         }
         let key = RateKey::parse(policy.key.as_deref())?;
+        let overrides = Overrides::compile(&key, &policy.overrides)
+            .map_err(|e| format!("overrides[{}].{}: {}", e.index, e.field, e.message))?;
         let keyed =
             (key != RateKey::None).then(|| KeyedBuckets::new(rps, policy.burst, DEFAULT_KEY_SLOTS));
         Ok(Self {
             key,
             global: TokenBucket::new(rps, policy.burst),
             keyed,
+            overrides,
         })
     }
 
     /// Admits the request or answers when to come back (429 with `Retry-After`).
-    pub fn check(&self, headers: &HeaderMap, client: ClientAddr) -> Result<(), RetryAfter> {
+    pub fn check<'a>(
+        &self,
+        headers: &HeaderMap,
+        peer: impl Into<Peer<'a>>,
+    ) -> Result<(), RetryAfter> {
         let Some(keyed) = &self.keyed else {
             return self.global.check();
         };
-        match &self.key {
-            RateKey::Client => keyed.check(&client.0.ip()),
-            RateKey::Header(name) => {
-                keyed.check(headers.get(name).map_or(&[][..], HeaderValue::as_bytes))
+        let peer = peer.into();
+        let over = self.overrides.as_deref();
+        let by_ip = |ip: IpAddr| match over.and_then(|o| o.for_ip(ip)) {
+            Some(limit) => limit.check(Some(ip)),
+            None => keyed.check(&ip),
+        };
+        let by_value = |v: &[u8]| match over.and_then(|o| o.for_value(v)) {
+            Some(limit) => limit.check(None),
+            None => keyed.check(v),
+        };
+        match (&self.key, peer.identity) {
+            (RateKey::Identity, Some(id)) => by_value(id.as_bytes()),
+            (RateKey::Client | RateKey::Identity, _) => by_ip(peer.addr.0.ip().to_canonical()),
+            (RateKey::Header(name), _) => {
+                by_value(headers.get(name).map_or(&[][..], HeaderValue::as_bytes))
             }
-            RateKey::None => self.global.check(),
+            (RateKey::None, _) => self.global.check(),
         }
     }
+}
+
+/// Checks `overrides` for a limit keyed by `key`, as the limiter would compile them (the registry
+/// check reports the first problem at its field).
+pub fn check_overrides(
+    key: &RateKey,
+    overrides: &[model::RateOverride],
+) -> Result<(), OverrideError> {
+    Overrides::compile(key, overrides).map(drop)
 }
 
 /// A key's hash under a per-process random seed, so no one can aim keys at a victim's slot.

@@ -16,6 +16,8 @@ pub enum TimeoutKind {
     Grpc,
     /// The route's `timeouts.backendRequest`: ends this attempt; the next may be retried.
     PerTry,
+    /// The stream idle timeout (`timeouts.idle`): nothing moved while waiting for the head.
+    Idle,
 }
 
 impl TimeoutKind {
@@ -25,6 +27,7 @@ impl TimeoutKind {
             TimeoutKind::Request => "request-timeout",
             TimeoutKind::Grpc => "grpc-deadline",
             TimeoutKind::PerTry => "per-try-timeout",
+            TimeoutKind::Idle => "idle-timeout",
         }
     }
 
@@ -141,6 +144,7 @@ mod tests {
         RouteTimeouts {
             request: request.map(|ms| Dur(Duration::from_millis(ms))),
             backend_request: per_try.map(|ms| Dur(Duration::from_millis(ms))),
+            idle: None,
         }
     }
 

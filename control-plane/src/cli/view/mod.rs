@@ -31,6 +31,8 @@ pub struct Endpoints {
 pub struct Describe {
     service: Option<Service>,
     endpoint_states: Vec<EndpointState>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    route_breakers: Vec<RouteBreakerState>,
     watching_proxies: Vec<String>,
 }
 
@@ -43,6 +45,22 @@ pub struct EndpointState {
     state: String,
     in_flight: u64,
     latency_ewma_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ejected_for_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ejections: Option<u32>,
+}
+
+/// A route breaker that is open or probing, as one proxy sees it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteBreakerState {
+    route: String,
+    proxy_id: String,
+    state: String,
+    gateway: bool,
+    ejected_for_ms: u64,
+    ejections: u32,
 }
 
 /// `apply` and `policy set`.
@@ -125,6 +143,8 @@ impl From<&pb::EndpointState> for EndpointState {
             state: e.state.clone(),
             in_flight: e.in_flight,
             latency_ewma_ms: e.latency_ewma_ms,
+            ejected_for_ms: e.ejected_for_ms,
+            ejections: e.ejections,
         }
     }
 }
@@ -134,6 +154,18 @@ impl From<&pb::DescribeServiceResponse> for Describe {
         Describe {
             service: r.service.as_ref().map(Service::from),
             endpoint_states: r.endpoints.iter().map(EndpointState::from).collect(),
+            route_breakers: r
+                .route_breakers
+                .iter()
+                .map(|b| RouteBreakerState {
+                    route: b.route.clone(),
+                    proxy_id: b.proxy_id.clone(),
+                    state: b.state.clone(),
+                    gateway: b.gateway,
+                    ejected_for_ms: b.ejected_for_ms,
+                    ejections: b.ejections,
+                })
+                .collect(),
             watching_proxies: r.watching_proxies.clone(),
         }
     }

@@ -29,6 +29,7 @@ impl TryFrom<pb::Route> for Route {
                     Ok(RouteTimeouts {
                         request: opt_dur("request", t.request)?,
                         backend_request: opt_dur("backend_request", t.backend_request)?,
+                        idle: opt_dur("idle", t.idle)?,
                     })
                 })
                 .transpose()

@@ -39,7 +39,12 @@ services:
         successRate: { threshold: 0.8, window: 10s, minRequests: 5 }
         minEjection: 1s
       maxConcurrentRequests: 100
-      rateLimit: { requestsPerSecond: 50, burst: 10, key: "header:x-user" }
+      rateLimit:
+        requestsPerSecond: 50
+        burst: 10
+        key: "header:x-user"
+        overrides: [{ value: gold, requestsPerSecond: 500, burst: 50 }]
+      idleTimeout: 2m
     routes:
       - name: v1
         matches:
@@ -55,7 +60,7 @@ services:
           - type: Fault
             fault: { delay: { percentage: 5, duration: 100ms } }
         backendRefs: [{ name: api, weight: 2 }, { name: other, namespace: ops, port: 8080 }]
-        timeouts: { request: 2s }
+        timeouts: { request: 2s, idle: 30s }
         retry: { attempts: 3, codes: [503] }
   - name: other
     namespace: ops
@@ -113,7 +118,13 @@ fn api_service() -> pb::Service {
                 requests_per_second: 50.0,
                 burst: 10,
                 key: "header:x-user".into(),
+                overrides: vec![pb::RateOverride {
+                    value: "gold".into(),
+                    requests_per_second: 500.0,
+                    burst: 50,
+                }],
             }),
+            idle_timeout: dur(120, 0),
             ..Default::default()
         }),
     }
@@ -176,6 +187,7 @@ fn api_route() -> pb::Route {
         timeouts: Some(pb::RouteTimeouts {
             request: dur(2, 0),
             backend_request: None,
+            idle: dur(30, 0),
         }),
         retry: Some(pb::RetryPolicy {
             attempts: Some(3),

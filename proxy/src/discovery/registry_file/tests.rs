@@ -397,7 +397,34 @@ fn bad_rate_limits_and_an_empty_success_rate_window_are_reported_where_they_stan
             "registry.yaml:4:39: services[0].policy.rateLimit.requestsPerSecond: must be a positive number, got 0",
             "registry.yaml:4:47: services[0].policy.rateLimit.key: invalid header name \"bad header\"",
             "registry.yaml:5:64: services[0].policy.circuitBreaker.successRate.window: must be longer than 0",
-            "registry.yaml:8:49: services[0].routes[0].rateLimit.key: expected none, client or header:<name>, got \"ip\"",
+            "registry.yaml:8:49: services[0].routes[0].rateLimit.key: expected none, client, identity or header:<name>, got \"ip\"",
+        ]
+    );
+}
+
+#[test]
+fn bad_rate_limit_overrides_are_reported_at_their_entry() {
+    let text = "services:
+  - name: api
+    policy:
+      rateLimit:
+        requestsPerSecond: 5
+        key: header:x-tenant
+        overrides:
+          - { value: gold, requestsPerSecond: 50 }
+          - { value: gold, requestsPerSecond: 80 }
+    routes:
+      - backendRefs: [{ name: api }]
+        rateLimit:
+          requestsPerSecond: 5
+          key: client
+          overrides: [{ value: 10.0.0.0/8, requestsPerSecond: -1 }, { value: bob, requestsPerSecond: 1 }]
+";
+    assert_eq!(
+        problems(text),
+        [
+            "registry.yaml:9:22: services[0].policy.rateLimit.overrides[1].value: \"gold\" is overridden twice",
+            "registry.yaml:15:63: services[0].routes[0].rateLimit.overrides[0].requestsPerSecond: must be 0 (no limit) or a positive number, got -1",
         ]
     );
 }

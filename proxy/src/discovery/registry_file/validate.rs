@@ -9,7 +9,7 @@ use std::{
 use super::locate::Seg;
 use crate::{
     model::{BackendRef, CircuitBreakerPolicy, Filter, RateLimitPolicy, Registry, Route},
-    resilience::rate_limit::RateKey,
+    resilience::rate_limit::{check_overrides, RateKey},
 };
 
 /// A semantic problem: where (a path into the document) and why.
@@ -159,8 +159,18 @@ fn check_rate_limit(rl: &RateLimitPolicy, path: Vec<Seg>, push: &mut impl FnMut(
         let at = [path.as_slice(), &[Seg::Key("requestsPerSecond")]].concat();
         push(at, format!("must be a positive number, got {rps}"));
     }
-    if let Err(e) = RateKey::parse(rl.key.as_deref()) {
-        push([path, vec![Seg::Key("key")]].concat(), e);
+    match RateKey::parse(rl.key.as_deref()) {
+        Err(e) => push([path, vec![Seg::Key("key")]].concat(), e),
+        Ok(key) => {
+            if let Err(e) = check_overrides(&key, &rl.overrides) {
+                let at = [
+                    Seg::Key("overrides"),
+                    Seg::Index(e.index),
+                    Seg::Key(e.field),
+                ];
+                push([path.as_slice(), &at].concat(), e.message);
+            }
+        }
     }
 }
 

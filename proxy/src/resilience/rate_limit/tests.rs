@@ -124,6 +124,7 @@ fn limiter(key: Option<&str>) -> RateLimiter {
         requests_per_second: 1.0,
         burst: 1,
         key: key.map(str::to_string),
+        overrides: Vec::new(),
     })
     .expect("valid policy")
 }
@@ -171,6 +172,7 @@ fn keys_and_rates_are_checked() {
         requests_per_second: rps,
         burst: 0,
         key: None,
+        overrides: Vec::new(),
     };
     assert!(RateLimiter::new(&bad(0.0)).is_err());
     assert!(RateLimiter::new(&bad(f64::NAN)).is_err());

@@ -1,0 +1,85 @@
+//! The stream idle timeout around a forwarded request: while no body frame moves in either
+//! direction (the client's request body, the upstream's response body) for the timeout, the
+//! stream is cut. Before the response head that is a `504 idle-timeout` (gRPC:
+//! DEADLINE_EXCEEDED); after it the response body ends with an error, which hyper turns into
+//! RST_STREAM (HTTP/2) or a closed connection (HTTP/1), counted as
+//! `weir_proxy_errors_total{error="idle-timeout"}`.
+//!
+//! One [`IdleClock`] per stream, touched by both bodies; one timer at a time: the wait for the
+//! head, then the response body's. A stream without an idle timeout is not wrapped at all.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use http::{Response, StatusCode};
+use http_body::Body as _;
+
+use crate::{
+    discovery::index::ServiceTarget,
+    error::ProxyError,
+    http::body::{ClientBody, ProxyBody},
+    metrics::RouteMetrics,
+    resilience::{
+        idle::{resolve, IdleClock},
+        policy::RoutePolicy,
+        timeout::TimeoutKind,
+    },
+};
+
+mod body;
+
+pub use body::{IdleBody, Touched};
+
+/// The idle timeout of a request on `route` to `svc` (the backend it goes to): the route's
+/// `timeouts.idle`, else the service's `policy.idleTimeout`, else five minutes.
+pub fn timeout_for(route: &RoutePolicy, svc: &ServiceTarget) -> Option<Duration> {
+    let own = route.source.timeouts.as_ref().and_then(|t| t.idle);
+    resolve(own, svc.policy.source.idle_timeout)
+}
+
+/// Forwards with `send` under the idle timeout `idle` (none: `send` as is); `metrics` counts a
+/// stream cut after its head.
+pub async fn watch<F, Fut>(
+    idle: Option<Duration>,
+    metrics: Option<&Arc<RouteMetrics>>,
+    body: ProxyBody,
+    send: F,
+) -> Result<Response<ProxyBody>, ProxyError>
+where
+    F: FnOnce(ProxyBody) -> Fut,
+    Fut: Future<Output = Result<Response<ProxyBody>, ProxyError>>,
+{
+    let Some(timeout) = idle else {
+        return send(body).await;
+    };
+    let clock = Arc::new(IdleClock::new(timeout));
+    let body = touched(body, &clock);
+    tokio::select! {
+        biased;
+        result = send(body) => result.map(|resp| {
+            // An upgrade's body is never read: the spliced connection is on its own.
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                return resp;
+            }
+            resp.map(|b| ProxyBody::Idle(Box::pin(IdleBody::new(b, clock, metrics.cloned()))))
+        }),
+        () = clock.expired() => Err(ProxyError::Timeout(TimeoutKind::Idle)),
+    }
+}
+
+/// The client's request body, touching `clock` on every frame; a body with nothing to send is
+/// left alone.
+fn touched(body: ProxyBody, clock: &Arc<IdleClock>) -> ProxyBody {
+    if body.is_end_stream() {
+        return body;
+    }
+    let client = match body {
+        ProxyBody::Incoming(b) => ClientBody::Plain(b),
+        ProxyBody::Tee(t) => ClientBody::Teed(t),
+        // Bodies the proxy made itself do not stall.
+        other => return other,
+    };
+    ProxyBody::Touched(Box::new(Touched::new(client, clock.clone())))
+}
+
+#[cfg(test)]
+mod tests;
