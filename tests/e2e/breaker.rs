@@ -221,7 +221,11 @@ async fn an_open_route_breaker_fails_its_route_fast_and_leaves_other_routes_alon
         "{open}"
     );
     let text = proxy.metrics_text().await;
-    let opened = [("direction", "gateway"), ("route", "fragile"), ("to", "open")];
+    let opened = [
+        ("direction", "gateway"),
+        ("route", "fragile"),
+        ("to", "open"),
+    ];
     assert_eq!(
         sum(&text, "weir_route_breaker_transitions_total", &opened),
         Some(1.0),
