@@ -14,7 +14,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use http::{request::Parts, HeaderMap, Method, Request, Response, Uri, Version};
+use http::{request::Parts, HeaderMap, Method, Response};
 use http_body::Body as _;
 use tokio::time::Instant;
 
@@ -34,6 +34,7 @@ use crate::{
         grpc,
         policy::RoutePolicy,
         replay::{ReplayBody, MAX_REPLAY},
+        replay_head::HeadCopy,
         retry::{Attempt, Outcome, Retry, RetryRule},
         timeout::{self, Deadline, TimeoutKind, Timeouts},
     },
@@ -63,7 +64,7 @@ pub async fn run(
     let method = parts.method.clone();
     let (source, first) = Source::choose(rule, &method, grpc, body);
     // Only a route that may resend a sent request pays for a copy of the head.
-    let template = source.resendable().then(|| Template::of(&parts));
+    let template = source.resendable().then(|| HeadCopy::of(&parts));
     let (mut parts, mut body) = (parts, first);
     let mut retries_done = 0;
     let mut last: Option<EndpointAddr> = None;
@@ -119,7 +120,7 @@ pub async fn run(
         if wants == Retry::No {
             return result;
         }
-        let next = back.or_else(|| Some((template.as_ref()?.parts(), source.again()?)));
+        let next = back.or_else(|| Some((template.as_ref()?.parts()?, source.again()?)));
         let Some(next) = next else {
             return result;
         };
@@ -297,33 +298,5 @@ impl Source {
                 .then(|| ProxyBody::Replay(seed.clone())),
             Source::Once => None,
         }
-    }
-}
-
-/// The request head, kept to rebuild it for a retry.
-struct Template {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-}
-
-impl Template {
-    fn of(p: &Parts) -> Self {
-        Self {
-            method: p.method.clone(),
-            uri: p.uri.clone(),
-            version: p.version,
-            headers: p.headers.clone(),
-        }
-    }
-
-    fn parts(&self) -> Parts {
-        let (mut p, ()) = Request::new(()).into_parts();
-        p.method = self.method.clone();
-        p.uri = self.uri.clone();
-        p.version = self.version;
-        p.headers = self.headers.clone();
-        p
     }
 }

@@ -2,7 +2,8 @@
 # gateway-measure.sh - gateway.sh's checks and measurements (sourced, never run). A check proves a
 # target routes as configured before its numbers count; each measure_* appends one CSV row with
 # the proxy's, backend's and load generator's CPU per request.
-# Uses WORK OUT CSV NOTES CLK LG_CPUS WRK_THREADS BPID PORT[] H2PORT[] P_B1 P_B2 and the load knobs.
+# Uses WORK OUT CSV NOTES CLK LG_CPUS WRK_THREADS BPID PORT[] H2PORT[] P_B1 P_B2 and the load knobs;
+# s4.sh and policy.sh reuse its accounting and measure_wrk (with WRK_CONNS).
 
 # ------------------------------------------------------------- load generator inputs
 cat > "$WORK/get.lua" <<'EOF'
@@ -130,8 +131,8 @@ measure_ab() { # mode run target conns ppid - S2: one new connection per request
   emit_row "$mode" "$run" s2 "$t" "$c" "${v[0]}" "${v[1]}" "${v[2]}" 0 "${v[3]}" "${v[4]}" "${v[5]}" "${v[6]}" "${v[7]}" "${v[7]}" "${v[8]}" "$ppid"
 }
 
-measure_wrk() { # mode run phase target ppid path lua - S3: keep-alive, S3_CONNS connections
-  local mode=$1 run=$2 ph=$3 t=$4 ppid=$5 path=$6 lua=$7 c=$S3_CONNS
+measure_wrk() { # mode run phase target ppid path lua - keep-alive, WRK_CONNS (default S3_CONNS) connections
+  local mode=$1 run=$2 ph=$3 t=$4 ppid=$5 path=$6 lua=$7 c=${WRK_CONNS:-$S3_CONNS}
   local url=http://127.0.0.1:${PORT[$t]}$path raw=$OUT/raw/$mode-r$run-$ph-$t-c$c.txt thr=$WRK_THREADS
   taskset -c "$LG_CPUS" wrk -t"$thr" -c"$c" -d"${WARMUP}s" -s "$lua" "$url" >/dev/null 2>&1
   acct_begin "$ppid"

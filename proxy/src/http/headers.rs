@@ -1,5 +1,8 @@
 //! Header hygiene: hop-by-hop stripping, framing checks, forwarding headers.
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use bytes::Bytes;
 use http::{
     header::{self, HeaderMap, HeaderName, HeaderValue},
     request::Parts,
@@ -122,17 +125,62 @@ fn strip_port(host: &str) -> &str {
         .map_or(host, |(h, _)| h)
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
 /// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto` (gateway only).
-pub fn add_forwarded(headers: &mut HeaderMap, client: std::net::IpAddr, proto: &'static str) {
-    let client = client.to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) => format!("{prev}, {client}"),
-        None => client,
+pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, proto: &'static str) {
+    // Every gateway request comes here: an IPv4 address is written without `fmt` (which cost
+    // more than the rest of this function), and the value takes one allocation.
+    let mut v4 = [0u8; 15];
+    let v6;
+    let ip: &[u8] = match client {
+        IpAddr::V4(a) => {
+            let n = write_v4(&mut v4, a);
+            &v4[..n]
+        }
+        IpAddr::V6(_) => {
+            v6 = client.to_string();
+            v6.as_bytes()
+        }
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", v);
+    let prev = headers.get(&X_FORWARDED_FOR).filter(|v| v.to_str().is_ok());
+    let value = match prev {
+        Some(prev) => {
+            let mut v = Vec::with_capacity(prev.len() + 2 + ip.len());
+            v.extend_from_slice(prev.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(ip);
+            HeaderValue::from_maybe_shared(Bytes::from(v))
+        }
+        None => HeaderValue::from_bytes(ip),
+    };
+    if let Ok(v) = value {
+        headers.insert(X_FORWARDED_FOR, v);
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+}
+
+/// Writes `a` in dotted decimal into `out`; returns the length.
+fn write_v4(out: &mut [u8; 15], a: Ipv4Addr) -> usize {
+    let mut n = 0;
+    for (i, o) in a.octets().into_iter().enumerate() {
+        if i > 0 {
+            out[n] = b'.';
+            n += 1;
+        }
+        if o >= 100 {
+            out[n] = b'0' + o / 100;
+            n += 1;
+        }
+        if o >= 10 {
+            out[n] = b'0' + o / 10 % 10;
+            n += 1;
+        }
+        out[n] = b'0' + o % 10;
+        n += 1;
+    }
+    n
 }
 
 /// Whether this is a gRPC request (errors are then answered in gRPC terms).
@@ -212,5 +260,32 @@ mod tests {
         assert_eq!(authority_host(&p), Some("svc.default"));
         let p = parts(Version::HTTP_2, "http://[::1]:80/", &[]);
         assert_eq!(authority_host(&p), Some("[::1]"));
+    }
+
+    #[test]
+    fn the_client_is_appended_to_x_forwarded_for_in_its_usual_text() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "127.0.0.1",
+            "255.255.255.255",
+            "2001:db8::1",
+        ] {
+            let mut h = HeaderMap::new();
+            add_forwarded(&mut h, ip.parse().expect("an address"), "http");
+            assert_eq!(h["x-forwarded-for"], ip);
+            assert_eq!(h["x-forwarded-proto"], "http");
+        }
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
+        add_forwarded(&mut h, "10.0.0.7".parse().expect("an address"), "http");
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.7");
+        // A previous value that is not text is replaced, not extended.
+        h.insert(
+            "x-forwarded-for",
+            HeaderValue::from_bytes(b"\xff").expect("obs-text is a valid value"),
+        );
+        add_forwarded(&mut h, "10.0.0.7".parse().expect("an address"), "http");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.7");
     }
 }

@@ -213,12 +213,13 @@ impl CircuitBreaker {
     }
 
     fn record(&self, probe: bool, success: bool) {
-        let now = now_nanos();
+        // The clock is read only where it is needed: not on a success without a success rate,
+        // which is nearly every request.
         if probe {
             return if success {
                 self.close()
             } else {
-                self.eject_again(now)
+                self.eject_again(now_nanos())
             };
         }
         if self.ejected_until.load(Ordering::Acquire) != 0 {
@@ -231,10 +232,11 @@ impl CircuitBreaker {
                 self.consecutive.store(0, Ordering::Relaxed);
             }
             if self.policy.success_rate.is_some() {
-                self.successes.add(now, 1);
+                self.successes.add(now_nanos(), 1);
             }
             return;
         }
+        let now = now_nanos();
         let run = self.consecutive.fetch_add(1, Ordering::AcqRel) + 1;
         let mut trip = self.policy.consecutive.is_some_and(|n| run >= n);
         if let Some((threshold, _, min_requests)) = self.policy.success_rate {

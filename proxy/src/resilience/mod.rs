@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod policy;
 pub mod rate_limit;
 pub mod replay;
+pub mod replay_head;
 pub mod retry;
 pub mod timeout;
 mod window;

@@ -4,6 +4,8 @@
 //! 50 ms) on a small box.
 //!
 //! Usage: `weir-slow-backend ADDR [DELAY_MS]` (default 50); prints `listening ADDR` when bound.
+//! The accept backlog is 4,096 (tokio's default is 1,024), so a proxy opening 1,000 upstream
+//! connections at once is not refused.
 
 use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
@@ -11,7 +13,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{server::conn::http1, service::service_fn, Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::TcpSocket;
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -38,7 +40,14 @@ fn usage(why: &str) -> ! {
 }
 
 async fn serve(addr: SocketAddr, delay: Duration) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(4096)?;
     println!("listening {}", listener.local_addr()?);
     loop {
         let (stream, _) = match listener.accept().await {
