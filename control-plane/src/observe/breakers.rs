@@ -1,9 +1,7 @@
 //! Route circuit breakers that are not closed, as each connected proxy reports them on its admin
 //! `/breakers` (a proxy without that path is skipped, like an unreachable one).
 
-use futures_util::future::join_all;
 use serde::Deserialize;
-use tracing::debug;
 use weir_proto::admin as pb;
 
 use super::{scrape, service_matches};
@@ -29,24 +27,8 @@ pub(super) async fn route_breakers(
     proxies: &[ProxySummary],
     service: &str,
 ) -> Vec<pb::RouteBreakerState> {
-    let fetched = join_all(proxies.iter().map(|p| async move {
-        let addr = &p.identity.admin_addr;
-        let read = scrape::get(addr, "/breakers").await.and_then(|body| {
-            serde_json::from_slice::<Vec<Reported>>(&body)
-                .map_err(|e| scrape::ScrapeError::content(addr, "/breakers", e))
-        });
-        (p, read)
-    }))
-    .await;
     let mut out = Vec::new();
-    for (proxy, read) in fetched {
-        let reported = match read {
-            Ok(reported) => reported,
-            Err(error) => {
-                debug!(proxy = %proxy.identity.id, %error, "route breakers unavailable; proxy skipped");
-                continue;
-            }
-        };
+    for (proxy, reported) in scrape::json_from_each::<Reported>(proxies, "/breakers").await {
         out.extend(
             reported
                 .into_iter()

@@ -1,8 +1,6 @@
 //! Endpoint state of one service as each connected proxy reports it on its admin `/endpoints`.
 
-use futures_util::future::join_all;
 use serde::Deserialize;
-use tracing::debug;
 use weir_proto::admin as pb;
 
 use super::{scrape, service_matches};
@@ -29,24 +27,8 @@ pub(super) async fn endpoint_states(
     proxies: &[ProxySummary],
     service: &str,
 ) -> Vec<pb::EndpointState> {
-    let fetched = join_all(proxies.iter().map(|p| async move {
-        let addr = &p.identity.admin_addr;
-        let read = scrape::get(addr, "/endpoints").await.and_then(|body| {
-            serde_json::from_slice::<Vec<Reported>>(&body)
-                .map_err(|e| scrape::ScrapeError::content(addr, "/endpoints", e))
-        });
-        (p, read)
-    }))
-    .await;
     let mut out = Vec::new();
-    for (proxy, read) in fetched {
-        let reported = match read {
-            Ok(reported) => reported,
-            Err(error) => {
-                debug!(proxy = %proxy.identity.id, %error, "endpoint state unavailable; proxy skipped");
-                continue;
-            }
-        };
+    for (proxy, reported) in scrape::json_from_each::<Reported>(proxies, "/endpoints").await {
         out.extend(
             reported
                 .into_iter()

@@ -99,3 +99,29 @@ async fn fetch(addr: &str, path: &'static str) -> Result<Bytes, ScrapeErrorKind>
         .map_err(|e| ScrapeErrorKind::Body(e.to_string()))?;
     Ok(body.to_bytes())
 }
+
+/// GETs `path` from every proxy's admin address at once and parses each answer as a JSON array
+/// of `T`; a proxy that cannot be read or answers something else is logged and skipped.
+pub(super) async fn json_from_each<'p, T: serde::de::DeserializeOwned>(
+    proxies: &'p [crate::proxies::ProxySummary],
+    path: &'static str,
+) -> Vec<(&'p crate::proxies::ProxySummary, Vec<T>)> {
+    let fetched = futures_util::future::join_all(proxies.iter().map(|p| async move {
+        let addr = &p.identity.admin_addr;
+        let read = get(addr, path).await.and_then(|body| {
+            serde_json::from_slice::<Vec<T>>(&body).map_err(|e| ScrapeError::content(addr, path, e))
+        });
+        (p, read)
+    }))
+    .await;
+    fetched
+        .into_iter()
+        .filter_map(|(p, read)| match read {
+            Ok(items) => Some((p, items)),
+            Err(error) => {
+                tracing::debug!(proxy = %p.identity.id, %error, path, "proxy skipped");
+                None
+            }
+        })
+        .collect()
+}
