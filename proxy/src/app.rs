@@ -237,7 +237,8 @@ impl App {
         } = self;
         tokio::spawn(apply_registry_updates(shared.clone(), registry_rx));
         tokio::spawn(upkeep(shared.clone(), metrics.clone()));
-        tokio::spawn(crate::memory::trim_after_parks(
+        tokio::spawn(sweep_pools(shared.clone()));
+        tokio::spawn(crate::memory::trim_after_releases(
             std::time::Duration::from_millis(250),
         ));
         let (drain_tx, drain) = crate::drain::channel();
@@ -314,6 +315,17 @@ fn advertised(bound: SocketAddr) -> SocketAddr {
             SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, bound.port()))
         }
         _ => bound,
+    }
+}
+
+/// Closes expired and surplus idle upstream connections; often enough that a burst's surplus
+/// is gone (and trimmed, see `memory.rs`) about a second after the burst.
+async fn sweep_pools(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(crate::http::pool::SURPLUS_IDLE / 2);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        shared.pools.close_expired();
     }
 }
 

@@ -205,6 +205,7 @@ async fn upgrade_and_forward(
         .ok_or(ProxyError::BadRequest(
             "upgrade on a connection that cannot switch protocols",
         ))?;
+    let idle = parts.extensions.remove::<crate::idle::SpliceIdle>();
     let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -212,8 +213,8 @@ async fn upgrade_and_forward(
         tokio::spawn(async move {
             match tokio::try_join!(downstream, upstream) {
                 Ok((d, u)) => {
-                    let (mut d, mut u) = (TokioIo::new(d), TokioIo::new(u));
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut d, &mut u).await {
+                    let spliced = crate::idle::splice(TokioIo::new(d), TokioIo::new(u), idle);
+                    if let Err(e) = spliced.await {
                         tracing::debug!(error = %e, "upgraded connection ended");
                     }
                 }

@@ -26,8 +26,10 @@ use crate::{
 };
 
 mod body;
+mod splice;
 
 pub use body::{IdleBody, Touched};
+pub use splice::{for_upgrade, splice, SpliceIdle};
 
 /// The idle timeout of a request on `route` to `svc` (the backend it goes to): the route's
 /// `timeouts.idle`, else the service's `policy.idleTimeout`, else five minutes.

@@ -32,7 +32,7 @@ pub async fn request(
         |s| s.default_metrics[1].clone(),
     );
     m.request();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     if let Err(e) = headers::validate_request(&parts) {
         return (m, Err(e));
     }
@@ -46,6 +46,7 @@ pub async fn request(
     let proto = forward::same_as(parts.version);
     // The local service's `policy.idleTimeout` (an unknown port gets none).
     let idle = svc.and_then(|s| resolve(None, s.policy.source.idle_timeout));
+    crate::idle::for_upgrade(&mut parts, idle);
     let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
         forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body)
     })

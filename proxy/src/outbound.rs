@@ -26,7 +26,7 @@ pub async fn request(
     req: Request<Incoming>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let mut snap = shared.snapshot();
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     if let Err(e) = headers::validate_request(&parts) {
         return (snap.passthrough.clone(), Err(e));
     }
@@ -67,6 +67,7 @@ pub async fn request(
             Err(e) => return (m, Err(e)),
         };
         let idle = crate::idle::timeout_for(&svc.default_route, svc);
+        crate::idle::for_upgrade(&mut parts, idle);
         let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
             forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body)
         })

@@ -181,3 +181,36 @@ async fn a_slow_upload_keeps_its_stream_alive_past_the_idle_timeout() {
     assert!(started.elapsed() > Duration::from_millis(2000));
     assert_eq!(app.requests(), 1);
 }
+
+#[tokio::test]
+async fn an_upgraded_connection_lives_while_bytes_move_and_is_closed_once_idle() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+    let setting = Duration::from_millis(600);
+    let (_app, _proxy, gw) = idle_gateway("600ms").await;
+    let io = TcpStream::connect(gw).await.expect("connect");
+    let mut io = BufReader::new(io);
+    io.get_mut()
+        .write_all(b"GET /r HTTP/1.1\r\nHost: gw.test\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n")
+        .await
+        .expect("send the upgrade");
+    let (status, _) = weir_tests::raw_http1::read_head(&mut io)
+        .await
+        .expect("a response head");
+    assert_eq!(status, 101);
+    // Five echoes 250 ms apart: 1.25 s in all, never 600 ms without a byte.
+    for i in 0..5u8 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        io.get_mut().write_all(&[i; 8]).await.expect("write");
+        let mut echo = [0; 8];
+        io.read_exact(&mut echo).await.expect("echoed while alive");
+        assert_eq!(echo, [i; 8]);
+    }
+    let still = Instant::now();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), io.read_to_end(&mut rest))
+        .await
+        .expect("closed before 5 s")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "nothing more was sent");
+    assert_fired_near(still.elapsed(), setting);
+}

@@ -13,6 +13,7 @@ mod h2_abuse;
 mod idle;
 mod infra;
 mod lifecycle;
+mod pool;
 mod rate_limit;
 mod rate_limit_overrides;
 mod registry;

@@ -66,6 +66,8 @@ struct State {
     name_str: String,
     requests: AtomicU64,
     connections: AtomicU64,
+    /// Accepted connections not closed yet.
+    open: AtomicU64,
     /// 0 = behave normally; otherwise every request gets this status.
     forced_status: AtomicU16,
     /// Requests left to misbehave with `fail`.
@@ -85,6 +87,7 @@ impl TestBackend {
             name_str: name.to_owned(),
             requests: AtomicU64::new(0),
             connections: AtomicU64::new(0),
+            open: AtomicU64::new(0),
             forced_status: AtomicU16::new(0),
             fail_left: AtomicU64::new(0),
             fail: Mutex::new(None),
@@ -106,6 +109,12 @@ impl TestBackend {
     /// TCP connections accepted so far (to check pooling and multiplexing).
     pub fn connections(&self) -> u64 {
         self.state.connections.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections open now (accepted and not closed by either side), to check that idle
+    /// pooled connections are closed.
+    pub fn open_connections(&self) -> u64 {
+        self.state.open.load(Ordering::SeqCst)
     }
 
     /// From now on answer every request with `status` (`None`: back to normal), to make an
@@ -143,15 +152,27 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
             accepted = listener.accept() => {
                 let Ok((io, _)) = accepted else { continue };
                 state.connections.fetch_add(1, Ordering::SeqCst);
+                state.open.fetch_add(1, Ordering::SeqCst);
                 let state = state.clone();
                 conns.spawn(async move {
+                    let open = OpenGuard(state.clone());
                     let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
                     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     let _ = builder.serve_connection_with_upgrades(TokioIo::new(io), svc).await;
+                    drop(open);
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
+    }
+}
+
+/// Counts a connection as open until its task ends (or is aborted).
+struct OpenGuard(Arc<State>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -112,6 +112,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "idle upstream keep-alive lifetime (default 30s)",
     ),
     (
+        "WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT",
+        "idle upstream HTTP/1 connections kept per endpoint; the least recently used beyond them close after 500ms unused (default 64)",
+    ),
+    (
         "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
         "HTTP/2 streams per connection (default 256)",
     ),
@@ -240,7 +244,10 @@ impl Config {
             ),
             connect_timeout: r.duration("WEIR_PROXY_CONNECT_TIMEOUT", d.connect_timeout),
             pool_idle_timeout: r.duration("WEIR_PROXY_POOL_IDLE_TIMEOUT", d.pool_idle_timeout),
-            pool_max_idle_per_endpoint: d.pool_max_idle_per_endpoint,
+            pool_max_idle_per_endpoint: r.number(
+                "WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT",
+                d.pool_max_idle_per_endpoint,
+            ),
             h2,
             registry_poll: r.duration("WEIR_PROXY_REGISTRY_POLL", d.registry_poll),
         };
@@ -321,6 +328,30 @@ mod tests {
         assert_eq!(c.admin_listen.to_string(), "0.0.0.0:4191");
         assert!(c.gateway_listen.is_none());
         assert!(c.is_opaque_port(5432) && !c.is_opaque_port(80));
+    }
+
+    #[test]
+    fn the_idle_pool_cap_is_read_and_a_bad_one_named() {
+        let env: HashMap<&str, &str> = [("WEIR_PROXY_REGISTRY", "r.yaml")].into();
+        let c = Config::from_env(&env).expect("valid");
+        assert_eq!(c.pool_max_idle_per_endpoint, 64);
+        let env: HashMap<&str, &str> = [
+            ("WEIR_PROXY_REGISTRY", "r.yaml"),
+            ("WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT", "0"),
+        ]
+        .into();
+        let c = Config::from_env(&env).expect("0 keeps no idle connection");
+        assert_eq!(c.pool_max_idle_per_endpoint, 0);
+        let env: HashMap<&str, &str> = [
+            ("WEIR_PROXY_REGISTRY", "r.yaml"),
+            ("WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT", "-1"),
+        ]
+        .into();
+        let err = Config::from_env(&env).expect_err("negative");
+        assert!(
+            err.0[0].starts_with("WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT"),
+            "{err}"
+        );
     }
 
     #[test]

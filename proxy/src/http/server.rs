@@ -132,6 +132,7 @@ struct Parked;
 impl Parked {
     fn new() -> Self {
         PARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::memory::released(1);
         metrics::gauge!(crate::metrics::PARKED).increment(1.0);
         Parked
     }

@@ -1,0 +1,152 @@
+//! The HTTP/1 idle pool over real sockets: idle connections beyond the cap are closed once unused
+//! for `SURPLUS_IDLE`, and expired ones by the sweep, not only skipped when a request comes.
+
+use std::sync::{
+    atomic::{AtomicUsize, Ordering::SeqCst},
+    Arc,
+};
+
+use tokio::{io::AsyncReadExt, net::TcpListener};
+
+use super::*;
+
+/// An endpoint that accepts and holds connections, counting the ones the client has not closed.
+async fn endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = EndpointAddr(l.local_addr().expect("addr"));
+    let open = Arc::new(AtomicUsize::new(0));
+    let count = open.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, SeqCst);
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 64];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+                count.fetch_sub(1, SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
+fn pool(addr: EndpointAddr, max_idle: usize) -> Arc<EndpointPool> {
+    let config = PoolConfig {
+        connect_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(30),
+        max_idle,
+    };
+    Arc::new(EndpointPool::new(addr, Arc::new(config)))
+}
+
+async fn fresh(p: &Arc<EndpointPool>) -> conn::http1::SendRequest<ProxyBody> {
+    match p.acquire(UpstreamProto::Http1).await.expect("connect") {
+        Conn::H1 { tx, reused } => {
+            assert!(!reused, "the pool was empty");
+            tx
+        }
+        Conn::H2(_) => unreachable!("asked for HTTP/1"),
+    }
+}
+
+async fn wait_open(open: &AtomicUsize, want: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while open.load(SeqCst) != want {
+        assert!(
+            Instant::now() < deadline,
+            "endpoint sees {} open connections, want {want}",
+            open.load(SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn idle_connections_beyond_the_cap_close_once_unused_for_a_while() {
+    let (addr, open) = endpoint().await;
+    let p = pool(addr, 2);
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(fresh(&p).await);
+    }
+    for tx in held {
+        p.checkin(tx);
+    }
+    wait_open(&open, 5).await;
+    // A swing past the cap under load is kept: the surplus may be needed a moment later.
+    assert_eq!(p.close_expired(Instant::now()), 0);
+    assert_eq!(p.idle_count(), 5);
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 3);
+    assert_eq!(p.idle_count(), 2);
+    wait_open(&open, 2).await;
+    // The two kept are reused, not replaced.
+    for _ in 0..2 {
+        assert!(matches!(
+            p.acquire(UpstreamProto::Http1).await,
+            Ok(Conn::H1 { reused: true, .. })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn the_surplus_closed_is_the_least_recently_used() {
+    let (addr, open) = endpoint().await;
+    let p = pool(addr, 1);
+    let (old, new) = (fresh(&p).await, fresh(&p).await);
+    p.checkin(old);
+    let t = Instant::now() + SURPLUS_IDLE;
+    p.checkin(new);
+    // Only the older one has been idle for SURPLUS_IDLE at `t` (give or take the clock).
+    let closed = p.close_expired(t);
+    assert!(closed <= 1);
+    assert_eq!(p.close_expired(t + SURPLUS_IDLE), 1 - closed);
+    assert_eq!(p.idle_count(), 1);
+    wait_open(&open, 1).await;
+}
+
+#[tokio::test]
+async fn a_cap_of_zero_keeps_no_idle_connection_past_the_grace() {
+    let (addr, open) = endpoint().await;
+    let p = pool(addr, 0);
+    let tx = fresh(&p).await;
+    p.checkin(tx);
+    wait_open(&open, 1).await;
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 1);
+    assert_eq!(p.idle_count(), 0);
+    wait_open(&open, 0).await;
+}
+
+#[tokio::test]
+async fn expired_idle_connections_are_closed_by_the_sweep() {
+    let (addr, open) = endpoint().await;
+    let p = pool(addr, 8);
+    let (a, b) = (fresh(&p).await, fresh(&p).await);
+    p.checkin(a);
+    p.checkin(b);
+    wait_open(&open, 2).await;
+    assert_eq!(p.close_expired(Instant::now()), 0, "nothing expired yet");
+    let later = Instant::now() + Duration::from_secs(30);
+    assert_eq!(p.close_expired(later), 2);
+    assert_eq!(p.idle_count(), 0);
+    wait_open(&open, 0).await;
+}
+
+#[tokio::test]
+async fn the_sweep_drops_connections_the_endpoint_closed() {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let p = pool(EndpointAddr(l.local_addr().expect("addr")), 8);
+    let accept = tokio::spawn(async move { l.accept().await.map(|(s, _)| s) });
+    let tx = fresh(&p).await;
+    p.checkin(tx);
+    drop(accept.await.expect("accept task").expect("accept"));
+    // hyper notices the close on its own; the sweep then forgets the dead sender.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while p.close_expired(Instant::now()) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection stayed idle"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(p.idle_count(), 0);
+}

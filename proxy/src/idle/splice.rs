@@ -1,0 +1,136 @@
+//! The idle timeout of an upgraded (spliced) connection, e.g. a WebSocket: the route's stream
+//! idle timeout carried to the splice in the request's extensions, and a splice that ends both
+//! sides once no byte moved either way for that long.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use http::{header, request::Parts};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::resilience::idle::IdleClock;
+
+/// The idle timeout an upgrade request's splice keeps (request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct SpliceIdle(pub Duration);
+
+/// Marks an upgrade request with its idle timeout; other requests are left untouched, so they
+/// pay for no extensions map.
+pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>) {
+    if let Some(d) = idle.filter(|_| parts.headers.contains_key(header::UPGRADE)) {
+        parts.extensions.insert(SpliceIdle(d));
+    }
+}
+
+/// Copies both ways between `a` and `b` until either side ends or, with `idle`, until no byte
+/// moved either way for that long (then `Err(TimedOut)`); both are dropped (closed) on return.
+pub async fn splice<A, B>(a: A, b: B, idle: Option<SpliceIdle>) -> io::Result<()>
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(SpliceIdle(timeout)) = idle else {
+        let (mut a, mut b) = (a, b);
+        return tokio::io::copy_bidirectional(&mut a, &mut b)
+            .await
+            .map(drop);
+    };
+    let clock = Arc::new(IdleClock::new(timeout));
+    let mut a = Touching {
+        io: a,
+        clock: clock.clone(),
+    };
+    let mut b = Touching {
+        io: b,
+        clock: clock.clone(),
+    };
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut a, &mut b) => r.map(drop),
+        () = clock.expired() => Err(io::Error::new(io::ErrorKind::TimedOut, "idle-timeout")),
+    }
+}
+
+/// An upgraded stream that touches the idle clock whenever bytes arrive on it.
+struct Touching<T> {
+    io: T,
+    clock: Arc<IdleClock>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Touching<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.clock.touch();
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Touching<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, data)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_splice_that_keeps_moving_lives_on_and_one_that_stands_still_is_cut() {
+        let (mut client, a) = tokio::io::duplex(64);
+        let (b, mut server) = tokio::io::duplex(64);
+        let task = tokio::spawn(splice(a, b, Some(SpliceIdle(100 * MS))));
+        for _ in 0..5 {
+            tokio::time::sleep(60 * MS).await;
+            client.write_all(b"ping").await.expect("write");
+            let mut got = [0; 4];
+            server.read_exact(&mut got).await.expect("spliced");
+            assert_eq!(&got, b"ping");
+        }
+        assert!(!task.is_finished(), "300 ms of traffic, never 100 ms still");
+        let r = task.await.expect("splice task");
+        assert_eq!(r.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+        let mut rest = Vec::new();
+        assert_eq!(client.read_to_end(&mut rest).await.expect("closed"), 0);
+    }
+
+    #[test]
+    fn only_upgrade_requests_carry_the_timeout() {
+        let (mut plain, ()) = http::Request::new(()).into_parts();
+        for_upgrade(&mut plain, Some(MS));
+        assert!(plain.extensions.get::<SpliceIdle>().is_none());
+        let (mut up, ()) = http::Request::builder()
+            .header(header::UPGRADE, "websocket")
+            .body(())
+            .expect("request")
+            .into_parts();
+        for_upgrade(&mut up, Some(MS));
+        assert!(up.extensions.get::<SpliceIdle>().is_some());
+    }
+}
