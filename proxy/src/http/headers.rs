@@ -26,19 +26,37 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 /// `Connection: upgrade` and `Upgrade` survive (a WebSocket handshake is forwarded as such).
 /// `TE: trailers` survives for HTTP/2 (gRPC requires it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_trailers: bool) {
-    if headers.is_empty() {
+    // Every request and response comes here, and most carry no hop-by-hop header but
+    // `Connection`: one pass over the names finds which of the seven are present, so only those
+    // are looked up and removed (seven hashed removes per call showed in profiles).
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        // No `Connection` either, so no header it names.
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .filter(|n| !(keep_upgrade && n == header::UPGRADE))
-        .collect();
-    for n in named {
-        headers.remove(n);
+    let names_others = |n: &str| !(keep_upgrade && n.eq_ignore_ascii_case("upgrade"));
+    let connection_tokens = || {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+    };
+    // `Connection: keep-alive` or `close` names no header the message has: nothing to collect.
+    if connection_tokens().any(|n| names_others(n) && headers.contains_key(n)) {
+        let named: Vec<HeaderName> = connection_tokens()
+            .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+            .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+            .collect();
+        for n in named {
+            headers.remove(n);
+        }
     }
     let te_trailers = keep_te_trailers
         && headers
@@ -50,8 +68,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
     } else {
         None
     };
-    for h in &HOP_BY_HOP {
-        headers.remove(h);
+    for (i, h) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(h);
+        }
     }
     if let Some(u) = upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
@@ -216,6 +236,22 @@ mod tests {
         strip_hop_by_hop(&mut h, false, false);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn connection_names_match_whatever_their_case_and_plain_messages_are_left_alone() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("close, X-Secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(header::HOST, HeaderValue::from_static("a"));
+        strip_hop_by_hop(&mut h, false, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::HOST));
+        strip_hop_by_hop(&mut h, false, false);
+        assert_eq!(h.len(), 1);
     }
 
     #[test]
