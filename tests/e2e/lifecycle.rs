@@ -18,7 +18,7 @@ use crate::gateway::{registry, service};
 const DEADLINE: Duration = Duration::from_secs(5);
 
 /// A gateway proxy routing everything to `app`, with extra environment.
-async fn proxy_to(app: SocketAddr, env: &[(&str, &str)]) -> (WeirProxy, SocketAddr) {
+pub(crate) async fn proxy_to(app: SocketAddr, env: &[(&str, &str)]) -> (WeirProxy, SocketAddr) {
     let yaml = registry(
         &[service("app", &[app])],
         "    - name: all\n      backendRefs: [{ name: app }]\n",

@@ -8,27 +8,12 @@ use std::time::Duration;
 use http::StatusCode;
 use weir_tests::backend::Fail;
 use weir_tests::http_client::get;
-use weir_tests::{poll_until, TestBackend, WeirProxy};
+use weir_tests::{poll_until, TestBackend};
 
-use crate::gateway::{registry, service};
+use crate::lifecycle::proxy_to;
 
 const CAP: u64 = 8;
 const BURST: u64 = 200;
-
-/// A gateway routing everything to `app`, with extra environment.
-async fn proxy_to(app: SocketAddr, env: &[(&str, &str)]) -> (WeirProxy, SocketAddr) {
-    let yaml = registry(
-        &[service("app", &[app])],
-        "    - name: all\n      backendRefs: [{ name: app }]\n",
-    );
-    let mut builder = WeirProxy::builder().gateway(true).registry_yaml(yaml);
-    for (k, v) in env {
-        builder = builder.env(*k, *v);
-    }
-    let proxy = builder.start().await;
-    let gw = proxy.gateway.expect("the builder asked for a gateway");
-    (proxy, gw)
-}
 
 /// `BURST` requests on their own client connections, held at the backend so they overlap.
 async fn burst(app: &TestBackend, gw: SocketAddr) {

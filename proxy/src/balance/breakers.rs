@@ -115,20 +115,9 @@ pub fn route_observer(direction: &'static str, service: &str, route: &str) -> Ob
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{balance::BalanceConfig, model};
 
     fn set(prev: Option<&EndpointSet>, ports: &[u16]) -> EndpointSet {
-        let eps: Vec<model::Endpoint> = ports
-            .iter()
-            .map(|&p| model::Endpoint {
-                address: ([127, 0, 0, 1], p).into(),
-                weight: 1,
-                identity: None,
-                labels: Default::default(),
-                ready: true,
-            })
-            .collect();
-        EndpointSet::rebuild(prev, &eps, &BalanceConfig::default())
+        crate::balance::loopback_set(prev, ports)
     }
 
     fn policy(yaml: &str) -> BreakerPolicy {

@@ -102,17 +102,7 @@ mod tests {
 
     /// Two endpoints whose breakers eject after `n` failures in a row for 1 s (floor 1).
     fn set(n: u32) -> EndpointSet {
-        let eps: Vec<model::Endpoint> = [1, 2]
-            .iter()
-            .map(|&p| model::Endpoint {
-                address: ([127, 0, 0, 1], p).into(),
-                weight: 1,
-                identity: None,
-                labels: Default::default(),
-                ready: true,
-            })
-            .collect();
-        let s = EndpointSet::rebuild(None, &eps, &super::super::BalanceConfig::default());
+        let s = crate::balance::loopback_set(None, &[1, 2]);
         let p = model::CircuitBreakerPolicy {
             consecutive_failures: Some(n),
             min_ejection: Some(model::Dur(SEC)),

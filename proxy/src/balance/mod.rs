@@ -83,3 +83,19 @@ fn with_rng<T>(f: impl FnOnce(&mut SmallRng) -> T) -> T {
 fn unit_random() -> f64 {
     with_rng(|rng| rng.gen::<f64>())
 }
+
+/// A set of ready loopback endpoints of weight 1 on `ports`, rebuilt from `prev` (tests).
+#[cfg(test)]
+pub(crate) fn loopback_set(prev: Option<&EndpointSet>, ports: &[u16]) -> EndpointSet {
+    let eps: Vec<crate::model::Endpoint> = ports
+        .iter()
+        .map(|&p| crate::model::Endpoint {
+            address: ([127, 0, 0, 1], p).into(),
+            weight: 1,
+            identity: None,
+            labels: Default::default(),
+            ready: true,
+        })
+        .collect();
+    EndpointSet::rebuild(prev, &eps, &BalanceConfig::default())
+}
