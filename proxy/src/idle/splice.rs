@@ -2,18 +2,15 @@
 //! idle timeout carried to the splice in the request's extensions, and a splice that ends both
 //! sides once no byte moved either way for that long.
 
-use std::{
-    io,
-    pin::Pin,
-    sync::Arc,
-    task::{Context, Poll},
-    time::Duration,
-};
+use std::{io, sync::Arc, time::Duration};
 
 use http::{header, request::Parts};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::resilience::idle::IdleClock;
+use crate::{
+    resilience::idle::IdleClock,
+    transport::tap::{Tap, Tapped},
+};
 
 /// The idle timeout an upgrade request's splice keeps (request extension).
 #[derive(Debug, Clone, Copy)]
@@ -41,13 +38,13 @@ where
             .map(drop);
     };
     let clock = Arc::new(IdleClock::new(timeout));
-    let mut a = Touching {
+    let mut a = Tapped {
         io: a,
-        clock: clock.clone(),
+        tap: Touch(clock.clone()),
     };
-    let mut b = Touching {
+    let mut b = Tapped {
         io: b,
-        clock: clock.clone(),
+        tap: Touch(clock.clone()),
     };
     tokio::select! {
         r = tokio::io::copy_bidirectional(&mut a, &mut b) => r.map(drop),
@@ -55,42 +52,12 @@ where
     }
 }
 
-/// An upgraded stream that touches the idle clock whenever bytes arrive on it.
-struct Touching<T> {
-    io: T,
-    clock: Arc<IdleClock>,
-}
+/// Touches the idle clock whenever bytes arrive on either side.
+struct Touch(Arc<IdleClock>);
 
-impl<T: AsyncRead + Unpin> AsyncRead for Touching<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.clock.touch();
-        }
-        polled
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Touching<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, data)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+impl Tap for Touch {
+    fn read(&self, _: usize) {
+        self.0.touch();
     }
 }
 

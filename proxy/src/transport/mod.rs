@@ -4,3 +4,4 @@ pub mod detect;
 pub mod listen;
 pub mod orig_dst;
 pub mod prefixed;
+pub mod tap;
