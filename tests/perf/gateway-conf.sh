@@ -13,17 +13,7 @@ write_backend_conf() { # workers
   printf '\x00\x00\x00\x00\x07\x0a\x05hello' > "$d/grpc/reply.bin"
   chmod -R a+rX "$d/grpc"
   cat > "$d/nginx.conf" <<EOF
-worker_processes $1;
-pid $d/nginx.pid;
-error_log $d/logs/error.log warn;
-worker_rlimit_nofile $FDLIM;
-events { worker_connections $NGX_CONNS; }
-http {
-  access_log off;
-  client_body_temp_path $d/cb; proxy_temp_path $d/pt; fastcgi_temp_path $d/ft;
-  uwsgi_temp_path $d/ut; scgi_temp_path $d/st;
-  keepalive_requests 100000000;
-  keepalive_timeout 300s;
+$(nginx_http_head "$d" "$1")
   server {
     listen 127.0.0.1:$P_B1 backlog=4096;
     listen 127.0.0.1:$P_B2 backlog=4096;
@@ -55,17 +45,7 @@ write_target_conf() { # target workers
   local t=$1 w=$2 d=$WORK/$1; mkdir -p "$d/logs"
   case $t in
   nginx) cat > "$d/nginx.conf" <<EOF
-worker_processes $w;
-pid $d/nginx.pid;
-error_log $d/logs/error.log warn;
-worker_rlimit_nofile $FDLIM;
-events { worker_connections $NGX_CONNS; }
-http {
-  access_log off;
-  client_body_temp_path $d/cb; proxy_temp_path $d/pt; fastcgi_temp_path $d/ft;
-  uwsgi_temp_path $d/ut; scgi_temp_path $d/st;
-  keepalive_requests 100000000;
-  keepalive_timeout 300s;
+$(nginx_http_head "$d" "$w")
   upstream auth { server 127.0.0.1:$P_B1; server 127.0.0.1:$P_B2; keepalive 1024; keepalive_requests 100000000; keepalive_timeout 300s; }
   upstream be { server 127.0.0.1:$P_B1; keepalive 1024; keepalive_requests 100000000; keepalive_timeout 300s; }
   upstream grpcbe { server 127.0.0.1:$P_GBE; keepalive 1024; keepalive_requests 100000000; keepalive_timeout 300s; }

@@ -63,21 +63,15 @@ if ((${#need_pkgs[@]})); then
     die "apt-get install ${need_pkgs[*]} failed"
 fi
 
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
-HAP_MAXCONN=$(( (FDLIM - 200) / 2 )); ((HAP_MAXCONN > 40000)) && HAP_MAXCONN=40000
-NGX_CONNS=$(( FDLIM / 2 ))
+raise_fd_limit
 NCPU=$(nproc)
 CLK=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/gateway-work.XXXXXX)
 chmod 755 "$WORK"  # nginx workers run unprivileged and serve the gRPC reply from here
 mkdir -p "$OUT/raw" || die "cannot create $OUT"
-CSV=$OUT/results.csv
-NOTES=$OUT/notes.txt; : > "$NOTES"
-echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
+init_results
 
 declare -a STARTED=()  # PIDs this script started (stop_pid/forget_pid in lib.sh)
-cleanup() { local p; for p in "${STARTED[@]}"; do stop_pid "$p"; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -99,9 +93,6 @@ start_target() {
   STARTED+=("$pid"); LAST_PID=$pid
 }
 
-wait_ok() { # url tries - until the body is "OK"
-  local i; for ((i=0; i<$2; i++)); do [[ $(curl -s -m 2 "$1" 2>/dev/null) == OK ]] && return 0; sleep 0.1; done; return 1
-}
 
 {
   echo "date: $(date -Is)"; echo "cpus: $NCPU x $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
@@ -125,7 +116,7 @@ for mode in $PIN_MODES; do
   write_backend_conf "$BE_W"
   taskset -c "$BE_CPUS" nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" -g 'daemon off;' >"$WORK/backend/logs/stdout" 2>&1 &
   BPID=$!; STARTED+=("$BPID")
-  wait_ok "http://127.0.0.1:$P_B1/" 100 || die "backend did not start: $(tail -5 "$WORK/backend/logs/"* 2>/dev/null)"
+  answers_with "http://127.0.0.1:$P_B1/" OK 100 || die "backend did not start: $(tail -5 "$WORK/backend/logs/"* 2>/dev/null)"
   for ((run=1; run<=RUNS; run++)); do
     order=$TARGETS
     ((run % 2 == 0)) && order=$(echo "$TARGETS" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
@@ -135,7 +126,7 @@ for mode in $PIN_MODES; do
         write_target_conf "$t" "$PX_W"
         start_target "$t" "$PX_W" "$PX_CPUS"; ppid=$LAST_PID
         tries=100; [[ $t == weir ]] && tries=$((WEIR_READY_S*10))
-        if ! wait_ok "http://127.0.0.1:${PORT[$t]}/bare/" "$tries"; then
+        if ! answers_with "http://127.0.0.1:${PORT[$t]}/bare/" OK "$tries"; then
           log "!! $t did not come up on ${PORT[$t]}; log tail:"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
           echo "$mode run $run $t: did not start" >> "$NOTES"; stop_pid "$ppid"; forget_pid "$ppid"; continue
         fi

@@ -46,6 +46,48 @@ sys_busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 now() { date +%s.%N; }
 port_busy() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
 
+# raises the fd limit as far as allowed; sets FDLIM, NGX_CONNS (nginx worker_connections) and
+# HAP_MAXCONN (HAProxy maxconn: two fds per proxied connection, 40,000 at most)
+raise_fd_limit() {
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
+  HAP_MAXCONN=$(( (FDLIM - 200) / 2 )); ((HAP_MAXCONN > 40000)) && HAP_MAXCONN=40000
+  NGX_CONNS=$(( FDLIM / 2 ))
+}
+
+# the start of every nginx.conf of the benchmarks (peers and backends), up to and inside
+# "http {": process, fds, logs off, temp paths under DIR, client keep-alive without limits
+nginx_http_head() { # dir workers
+  cat <<EOF
+worker_processes $2;
+pid $1/nginx.pid;
+error_log $1/logs/error.log warn;
+worker_rlimit_nofile $FDLIM;
+events { worker_connections $NGX_CONNS; }
+http {
+  access_log off;
+  client_body_temp_path $1/cb; proxy_temp_path $1/pt; fastcgi_temp_path $1/ft;
+  uwsgi_temp_path $1/ut; scgi_temp_path $1/st;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+EOF
+}
+
+# polls URL up to TRIES times (100 ms apart) until its body is BODY
+answers_with() { # url body tries
+  local i; for ((i=0; i<$3; i++)); do [[ $(curl -s -m 2 "$1" 2>/dev/null) == "$2" ]] && return 0; sleep 0.1; done; return 1
+}
+
+# the gateway-style results file (gateway.sh, s4.sh, policy.sh): CSV with its header, NOTES empty
+init_results() {
+  CSV=$OUT/results.csv
+  NOTES=$OUT/notes.txt; : > "$NOTES"
+  echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
+}
+
+# stops every PID in STARTED and removes WORK: the EXIT trap of every benchmark script
+cleanup() { local p; for p in "${STARTED[@]}"; do stop_pid "$p"; done; rm -rf "$WORK"; }
+
 # percentiles from an h2load --log-file (col3 = us); prints "n ok mean p50 p90 p99 p999 max" (ms)
 h2log_stats() {
   awk -F'\t' '{n++; if ($2>=200 && $2<400) ok++; print $3}

@@ -46,19 +46,14 @@ P_B1=$BASE_PORT; P_B2=$((BASE_PORT+1)); P_GBE=$((BASE_PORT+2))
 declare -A PORT=( [weir]=$((BASE_PORT+13)) )
 [[ -x $WEIR_BIN ]] || die "WEIR_BIN='$WEIR_BIN' is not an executable weir-proxy"
 for c in wrk curl nginx taskset; do command -v $c >/dev/null || die "missing $c (tests/perf/run installs it)"; done
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
-NGX_CONNS=$(( FDLIM / 2 ))
+raise_fd_limit
 NCPU=$(nproc); CLK=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/policy-work.XXXXXX)
 chmod 755 "$WORK"
 mkdir -p "$OUT/raw" || die "cannot create $OUT"
-CSV=$OUT/results.csv
-NOTES=$OUT/notes.txt; : > "$NOTES"
-echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
+init_results
 
 declare -a STARTED=()
-cleanup() { local p; for p in "${STARTED[@]}"; do stop_pid "$p"; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # shellcheck source=gateway-measure.sh

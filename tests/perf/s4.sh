@@ -38,21 +38,15 @@ for c in wrk curl taskset; do command -v $c >/dev/null || die "missing $c (tests
 for t in nginx haproxy; do [[ " $TARGETS " == *" $t "* ]] && { command -v $t >/dev/null || die "missing $t"; }; done
 
 # 1,000 client connections cost wrk 1,000 fds, the backend 1,000 and a proxy 2,000
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
+raise_fd_limit
 max_c=0; for c in $S4_CONNS; do ((c > max_c)) && max_c=$c; done
 ((FDLIM >= 2 * max_c + 200)) || die "fd limit $FDLIM is too low for $max_c connections (raise ulimit -Hn)"
-HAP_MAXCONN=$(( (FDLIM - 200) / 2 )); ((HAP_MAXCONN > 40000)) && HAP_MAXCONN=40000
-NGX_CONNS=$(( FDLIM / 2 ))
 NCPU=$(nproc); CLK=$(getconf CLK_TCK)
 WORK=$(mktemp -d /tmp/s4-work.XXXXXX)
 mkdir -p "$OUT/raw" || die "cannot create $OUT"
-CSV=$OUT/results.csv
-NOTES=$OUT/notes.txt; : > "$NOTES"
-echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
+init_results
 
 declare -a STARTED=()
-cleanup() { local p; for p in "${STARTED[@]}"; do stop_pid "$p"; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # shellcheck source=gateway-measure.sh
@@ -62,17 +56,7 @@ write_conf() { # target workers
   local t=$1 w=$2 d=$WORK/$1; mkdir -p "$d/logs"
   case $t in
   nginx) cat > "$d/nginx.conf" <<EOF
-worker_processes $w;
-pid $d/nginx.pid;
-error_log $d/logs/error.log warn;
-worker_rlimit_nofile $FDLIM;
-events { worker_connections $NGX_CONNS; }
-http {
-  access_log off;
-  client_body_temp_path $d/cb; proxy_temp_path $d/pt; fastcgi_temp_path $d/ft;
-  uwsgi_temp_path $d/ut; scgi_temp_path $d/st;
-  keepalive_requests 100000000;
-  keepalive_timeout 300s;
+$(nginx_http_head "$d" "$w")
   upstream slow { server 127.0.0.1:$P_BE; keepalive 2048; keepalive_requests 100000000; keepalive_timeout 300s; }
   server {
     listen 127.0.0.1:${PORT[nginx]} backlog=4096;
@@ -115,9 +99,6 @@ start_target() { # target workers cpus; sets LAST_PID
   STARTED+=("$pid"); LAST_PID=$pid
 }
 
-answers() { # url tries - until the slow backend's "ok" comes back (after DELAY_MS)
-  local i; for ((i=0; i<$2; i++)); do [[ $(curl -s -m 2 "$1" 2>/dev/null) == ok ]] && return 0; sleep 0.1; done; return 1
-}
 
 {
   echo "date: $(date -Is)"; echo "cpus: $NCPU x $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
@@ -139,7 +120,7 @@ for mode in $PIN_MODES; do
   log "=== S4 mode=$mode: wrk+backend cpus=$LG_CPUS, proxy cpus=$PX_CPUS (workers $PX_W), delay ${DELAY_MS} ms"
   taskset -c "$BE_CPUS" "$SLOW_BIN" "127.0.0.1:$P_BE" "$DELAY_MS" >"$WORK/backend.log" 2>&1 &
   BPID=$!; STARTED+=("$BPID")
-  answers "http://127.0.0.1:$P_BE/" 100 || die "backend did not start: $(tail -3 "$WORK/backend.log")"
+  answers_with "http://127.0.0.1:$P_BE/" ok 100 || die "backend did not start: $(tail -3 "$WORK/backend.log")"
   for ((run=1; run<=RUNS; run++)); do
     order=$TARGETS
     ((run % 2 == 0)) && order=$(echo "$TARGETS" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
@@ -148,7 +129,7 @@ for mode in $PIN_MODES; do
       if [[ $t != direct ]]; then
         write_conf "$t" "$PX_W"
         start_target "$t" "$PX_W" "$PX_CPUS"; ppid=$LAST_PID
-        if ! answers "http://127.0.0.1:${PORT[$t]}/" $((WEIR_READY_S * 10)); then
+        if ! answers_with "http://127.0.0.1:${PORT[$t]}/" ok $((WEIR_READY_S * 10)); then
           log "!! $t did not come up on ${PORT[$t]}"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
           echo "$mode run $run $t: did not start" >> "$NOTES"; stop_pid "$ppid"; forget_pid "$ppid"; continue
         fi
