@@ -22,11 +22,7 @@ fn main() -> ExitCode {
         )
         .with_target(false)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.workers)
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime can be built at start-up");
+    let runtime = runtime(config.workers).expect("a Tokio runtime can be built at start-up");
     runtime.block_on(async move {
         let app = match App::build(config, Arc::new(SoOriginalDst)) {
             Ok(app) => app,
@@ -45,6 +41,20 @@ fn main() -> ExitCode {
         app.run(sigterm()).await;
         ExitCode::SUCCESS
     })
+}
+
+/// One worker (the usual sidecar budget) runs on the current-thread scheduler: every task
+/// shares the thread that polls the sockets, so no wake-up crosses threads and no work is
+/// stolen. More workers get the work-stealing scheduler.
+fn runtime(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if workers == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    builder.enable_all().build()
 }
 
 async fn sigterm() {

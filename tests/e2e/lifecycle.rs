@@ -62,8 +62,18 @@ async fn new_connection_refused(addr: SocketAddr) -> bool {
 
 #[tokio::test]
 async fn sigterm_finishes_in_flight_requests_and_refuses_everything_new() {
+    sigterm_drains(&[]).await;
+}
+
+/// The same drain with two workers: the work-stealing scheduler instead of the current-thread one.
+#[tokio::test]
+async fn sigterm_drains_the_same_on_the_multi_thread_scheduler() {
+    sigterm_drains(&[("WEIR_PROXY_WORKERS", "2")]).await;
+}
+
+async fn sigterm_drains(env: &[(&str, &str)]) {
     let app = TestBackend::start("app").await;
-    let (mut proxy, gw) = proxy_to(app.addr, &[]).await;
+    let (mut proxy, gw) = proxy_to(app.addr, env).await;
 
     // An idle HTTP/1 keep-alive client, an h2c client with a slow stream, a slow HTTP/1 request.
     let mut idle = H1Conn::connect(gw).await;

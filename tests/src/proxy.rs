@@ -49,14 +49,19 @@ pub struct WeirProxy {
 }
 
 impl WeirProxy {
-    /// A builder with an empty registry, no gateway, and `WEIR_PROXY_LOG=info,weir_proxy=debug`.
+    /// A builder with an empty registry, no gateway, `WEIR_PROXY_LOG=info,weir_proxy=debug` and
+    /// one worker (`WEIR_PROXY_WORKERS=1`, a sidecar's usual budget: the current-thread
+    /// scheduler). Tests that need the work-stealing scheduler set more workers.
     pub fn builder() -> WeirProxyBuilder {
         WeirProxyBuilder {
             registry: EMPTY_REGISTRY.to_owned(),
-            env: vec![(
-                "WEIR_PROXY_LOG".into(),
-                Some("info,weir_proxy=debug".into()),
-            )],
+            env: vec![
+                (
+                    "WEIR_PROXY_LOG".into(),
+                    Some("info,weir_proxy=debug".into()),
+                ),
+                ("WEIR_PROXY_WORKERS".into(), Some("1".into())),
+            ],
             gateway: false,
             binary: None,
         }
