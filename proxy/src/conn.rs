@@ -118,19 +118,20 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
     let io = Prefixed::new(buf, stream);
     match detection {
         Detection::Http1 | Detection::H2 => {
-            let cfg = shared.server.clone();
+            // The task lives as long as the connection, idle keep-alives included, and its size
+            // is its largest state: borrow the config rather than copy it into the task.
+            let per_request = shared.clone();
             let handler = move |req| {
-                let (shared, conn) = (shared.clone(), conn);
+                let (shared, conn) = (per_request.clone(), conn);
                 let fut = async move { handle(&shared, &conn, req).await };
                 tracing::trace!(bytes = std::mem::size_of_val(&fut), "request future");
                 fut
             };
             if detection == Detection::H2 {
-                // Boxed: the task's size is its largest state, and an HTTP/2 connection is big;
-                // idle HTTP/1 keep-alives should not pay for it.
-                Box::pin(server::serve_h2(io, &cfg, drain, handler)).await
+                // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
+                Box::pin(server::serve_h2(io, &shared.server, drain, handler)).await
             } else {
-                server::serve_http1(io, &cfg, drain, handler).await
+                server::serve_http1(io, &shared.server, drain, handler).await
             }
         }
         Detection::Closed => {}

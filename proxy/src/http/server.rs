@@ -27,7 +27,8 @@ pub struct ServerConfig {
     pub max_header_bytes: usize,
     /// HTTP/1 keep-alive connections idle this long are closed.
     pub idle_timeout: Duration,
-    /// HTTP/1 keep-alive connections quiet this long are parked (their buffers freed).
+    /// HTTP/1 keep-alive connections quiet for between half this and this are parked (their
+    /// buffers freed).
     pub park_after: Duration,
     /// HTTP/2 limits.
     pub h2: H2Limits,
@@ -103,11 +104,18 @@ where
             }
             () = act.quiet_for(cfg.park_after) => {}
         }
-        let Some(parts) = Pin::into_inner(c).into_parts() else {
+        // Only the socket and the bytes already read are kept: the rest of hyper's parts would
+        // otherwise sit in the task (its size is its largest state) while the connection is parked.
+        let Some(conn::http1::Parts {
+            io: tokio_io,
+            read_buf,
+            ..
+        }) = Pin::into_inner(c).into_parts()
+        else {
             return;
         };
-        io = parts.io.into_inner();
-        io.set_leftover(parts.read_buf);
+        io = tokio_io.into_inner();
+        io.set_leftover(read_buf);
         io.get_mut().release_buffer();
         let _parked = Parked::new();
         tokio::select! {
