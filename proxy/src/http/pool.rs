@@ -209,11 +209,10 @@ impl EndpointPool {
                     tx,
                     since: Instant::now(),
                 });
-                return;
             }
+            // Else dropping the last sender ends hyper's connection task, which closes the
+            // socket.
         }
-        // Dropping the last sender ends hyper's connection task, which closes the socket.
-        crate::memory::released(1);
     }
 
     /// Closes idle connections that expired, that the endpoint closed, or that are surplus
@@ -330,6 +329,9 @@ where
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "{what}");
         }
+        // Counted here, once the connection's buffers are gone, not where it was told to close:
+        // a trim that runs in between would find nothing to give back.
+        crate::memory::released(1);
     });
 }
 
@@ -371,9 +373,7 @@ impl Pools {
     /// open until a request came for that endpoint); returns how many were closed.
     pub fn close_expired(&self) -> usize {
         let now = Instant::now();
-        let closed = self.map.load().values().map(|p| p.close_expired(now)).sum();
-        crate::memory::released(closed as u64);
-        closed
+        self.map.load().values().map(|p| p.close_expired(now)).sum()
     }
 
     /// Drops pools unused for `idle` (their connections close once in-flight requests end).
