@@ -55,28 +55,28 @@ impl<B: Body + Unpin> Body for Touched<B> {
 
 pin_project_lite::pin_project! {
     /// A response body that ends with [`BodyError::Idle`] once its stream stood still for the
-    /// idle timeout. Its one timer is set for the clock's due time and, when it fires early
-    /// because something moved meanwhile, set again for what is left.
+    /// idle timeout. Its one timer is armed the first time the inner body has to wait (a body
+    /// that is already there, the common small response, never registers one), set for the
+    /// clock's due time and, when it fires early because something moved meanwhile, set again
+    /// for what is left.
     #[derive(Debug)]
     pub struct IdleBody<B> {
         #[pin]
         inner: B,
         clock: Arc<IdleClock>,
         metrics: Option<Arc<RouteMetrics>>,
-        #[pin]
-        timer: Sleep,
+        timer: Option<Pin<Box<Sleep>>>,
     }
 }
 
 impl<B> IdleBody<B> {
     /// Watches `inner` on `clock`; `metrics` counts the cut.
     pub fn new(inner: B, clock: Arc<IdleClock>, metrics: Option<Arc<RouteMetrics>>) -> Self {
-        let timer = tokio::time::sleep(clock.left());
         Self {
             inner,
             clock,
             metrics,
-            timer,
+            timer: None,
         }
     }
 }
@@ -90,7 +90,7 @@ impl<B: Body<Data = Bytes, Error = BodyError>> Body for IdleBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let mut this = self.project();
+        let this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.clock.touch();
@@ -99,8 +99,12 @@ impl<B: Body<Data = Bytes, Error = BodyError>> Body for IdleBody<B> {
             Poll::Ready(done) => return Poll::Ready(done),
             Poll::Pending => {}
         }
+        let clock = &**this.clock;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(clock.left())));
         loop {
-            if this.timer.as_mut().poll(cx).is_pending() {
+            if timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             let left = this.clock.left();
@@ -111,7 +115,7 @@ impl<B: Body<Data = Bytes, Error = BodyError>> Body for IdleBody<B> {
                 }
                 return Poll::Ready(Some(Err(BodyError::Idle)));
             }
-            this.timer.as_mut().reset(Instant::now() + left);
+            timer.as_mut().reset(Instant::now() + left);
         }
     }
 
