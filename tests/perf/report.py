@@ -180,7 +180,7 @@ def s8_table(p):
     for (ph, c, rate), by_t in p.items():
         if ph != "idle":
             continue
-        out += ["", f"S8 idle memory: fresh process, then {c} idle keep-alive connections (one request each)", "",
+        out += ["", f"S8 idle memory: fresh process, then {c} idle keep-alive connections (one request each), PSS once settled (within 1% for 1 s)", "",
                 "| proxy | conns ok | PSS before MiB | PSS with conns MiB | RSS with conns MiB | KiB/conn |",
                 "|---|---|---|---|---|---|"]
         for t in PROXIES:
