@@ -1,8 +1,8 @@
 //! Parks idle HTTP/1 keep-alive connections: after an eighth to a quarter second of quiet with no
-//! request in flight and nothing left to write, hyper's connection (and its ~16 KiB of buffers) is taken apart, only the
-//! socket is kept, and a fresh connection is built when the client speaks again. Idle keep-alives
-//! then cost about as much as the socket, and hyper's header-read timeout only runs while a head
-//! is actually arriving.
+//! request in flight and nothing left to write, hyper's connection (and its ~16 KiB of buffers) is
+//! taken apart, only the socket is kept, and a fresh connection is built when the client speaks
+//! again. Idle keep-alives then cost about as much as the socket, and hyper's header-read timeout
+//! only runs while a head is actually arriving.
 
 use std::{
     io,
