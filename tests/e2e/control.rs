@@ -15,9 +15,10 @@ use weir_tests::{metrics, poll_until, require, TestBackend, WeirProxy};
 use crate::gateway::{registry, service};
 use crate::registry::{route_to, SteadyTraffic, APPLY_WITHIN};
 
-/// A gateway proxy fed by `cp` (no registry file of its own).
+/// A gateway proxy fed by `cp` (no registry file of its own); `timed` (edits are timed).
 pub(crate) async fn control_proxy(cp: &WeirControl) -> (WeirProxy, SocketAddr) {
     let proxy = WeirProxy::builder()
+        .timed()
         .gateway(true)
         .env_remove("WEIR_PROXY_REGISTRY")
         .env("WEIR_PROXY_CONTROL_ADDR", cp.grpc.to_string())

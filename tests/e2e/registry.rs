@@ -113,7 +113,13 @@ async fn edits_apply_within_a_second_while_kept_alive_traffic_sees_no_failure() 
             &route_to(to),
         )
     };
-    let (proxy, gw) = gateway_proxy(&reg(&[a.addr], "app")).await;
+    let proxy = WeirProxy::builder()
+        .timed()
+        .gateway(true)
+        .registry_yaml(reg(&[a.addr], "app"))
+        .start()
+        .await;
+    let gw = proxy.gateway.expect("the builder asked for a gateway");
 
     // Every request takes 60 ms at the backend, so endpoints stay comparable for the balancer
     // and requests are in flight whenever an edit lands.

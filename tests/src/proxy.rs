@@ -81,6 +81,13 @@ impl WeirProxyBuilder {
         self
     }
 
+    /// Two workers, for a test that asserts a wall-clock bound: the heavy tests running beside it
+    /// (1 GiB bodies, floods) must not starve its proxy, and under CPU contention a one-thread
+    /// process gets one thread's share.
+    pub fn timed(self) -> Self {
+        self.env("WEIR_PROXY_WORKERS", "2")
+    }
+
     /// Leaves an environment variable unset (e.g. `WEIR_PROXY_REGISTRY`).
     pub fn env_remove(mut self, key: impl Into<String>) -> Self {
         self.env.push((key.into(), None));
