@@ -42,8 +42,7 @@ impl KeyedBuckets {
     pub fn check(&self, key: &(impl Hash + ?Sized)) -> Result<(), RetryAfter> {
         let h = hash_key(&self.seed, &key);
         let fingerprint = ((h >> TIME_BITS) as u16).max(1);
-        let n = self.slots.len();
-        let candidates = [(h as usize) % n, ((h >> 24) as usize) % n];
+        let candidates = self.candidates(h);
         let now = now_nanos() & TIME_MASK;
         loop {
             let [a, b] = candidates.map(|i| (i, self.slots[i].load(Ordering::Acquire)));
@@ -70,6 +69,20 @@ impl KeyedBuckets {
             {
                 return Ok(());
             }
+        }
+    }
+
+    /// The two slots a key with hash `h` may live in, distinct whenever the table has two: a key
+    /// whose two picks coincided would evict whatever sat there, however busy (1 key in
+    /// `slots²`).
+    pub(super) fn candidates(&self, h: u64) -> [usize; 2] {
+        let n = self.slots.len();
+        let first = (h as usize) % n;
+        let second = ((h >> 24) as usize) % n;
+        if second == first {
+            [first, (first + 1) % n]
+        } else {
+            [first, second]
         }
     }
 
