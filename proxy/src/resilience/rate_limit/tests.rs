@@ -103,14 +103,16 @@ async fn a_busy_key_keeps_its_limit_while_a_few_other_keys_come_and_go() {
     // Each table hashes with its own random seed. Over 1,000 of them some other key's two picks
     // both land on alice's slot (1 in 4096 per key if picks may coincide): with coinciding picks
     // this fails every time; with one table it failed about one CI run in 200.
+    // A newcomer whose 16-bit fingerprint matches a key in one of its slots shares that key's
+    // bucket (2 in 64 × 2^16 per key, by design), so newcomers are counted, not each asserted.
+    let mut refused = 0;
     for _ in 0..1000 {
         let k = KeyedBuckets::new(1.0, 3, 64);
         assert_eq!(allowed(|| k.check("alice"), 10), 3);
-        for i in 0..20u32 {
-            assert!(k.check(&i).is_ok());
-        }
+        refused += (0..20u32).filter(|i| k.check(i).is_err()).count();
         assert!(k.check("alice").is_err(), "alice's bucket was reset");
     }
+    assert!(refused <= 5, "{refused} of 20,000 newcomers refused");
 }
 
 #[test]
