@@ -74,16 +74,7 @@ $(nginx_http_head "$d" "$w")
 EOF
   ;;
   haproxy) cat > "$d/haproxy.cfg" <<EOF
-global
-  nbthread $w
-  maxconn $HAP_MAXCONN
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 300s
-  timeout server 300s
-  timeout http-keep-alive 300s
-  http-reuse always
+$(haproxy_head http "$w")
 frontend fe
   bind 127.0.0.1:${PORT[haproxy]}
   use_backend auth if { path /auth-service } || { path_beg /auth-service/ }

@@ -82,8 +82,8 @@ trap 'exit 130' INT TERM
 start_target() {
   local t=$1 w=$2 cpus=$3 d=$WORK/$1 pid
   case $t in
-    nginx) taskset -c "$cpus" nginx -p "$d" -c "$d/nginx.conf" -g 'daemon off;' >"$d/logs/stdout" 2>&1 & pid=$! ;;
-    haproxy) taskset -c "$cpus" haproxy -db -f "$d/haproxy.cfg" >"$d/logs/stdout" 2>&1 & pid=$! ;;
+    nginx) start_peer nginx "$d" "$cpus"; pid=$! ;;
+    haproxy) start_peer haproxy "$d" "$cpus"; pid=$! ;;
     weir) mkdir -p "$d/logs"
       LISTEN=127.0.0.1:${PORT[weir]} WORKERS=$w BACKEND=127.0.0.1:$P_B1 GRPC_BACKEND=127.0.0.1:$P_GBE \
         AUTH_BACKENDS="127.0.0.1:$P_B1 127.0.0.1:$P_B2" REGISTRY_FILE=$d/registry.yaml WEIR_BIN=$WEIR_BIN \

@@ -57,6 +57,30 @@ raise_fd_limit() {
 
 # the start of every nginx.conf of the benchmarks (peers and backends), up to and inside
 # "http {": process, fds, logs off, temp paths under DIR, client keep-alive without limits
+# The global and defaults sections of a peer's haproxy.cfg. args: mode (http|tcp) workers
+haproxy_head() {
+  cat <<EOF
+global
+  nbthread $2
+  maxconn $HAP_MAXCONN
+defaults
+  mode $1
+  timeout connect 5s
+  timeout client 300s
+  timeout server 300s
+EOF
+  if [[ $1 == http ]]; then printf '  timeout http-keep-alive 300s\n  http-reuse always\n'; fi
+}
+
+# Starts nginx or HAProxy in the background on its config in DIR (the caller reads $!).
+# args: nginx|haproxy dir cpus
+start_peer() {
+  case $1 in
+    nginx) taskset -c "$3" nginx -p "$2" -c "$2/nginx.conf" -g 'daemon off;' >"$2/logs/stdout" 2>&1 & ;;
+    haproxy) taskset -c "$3" haproxy -db -f "$2/haproxy.cfg" >"$2/logs/stdout" 2>&1 & ;;
+  esac
+}
+
 nginx_http_head() { # dir workers
   cat <<EOF
 worker_processes $2;

@@ -66,17 +66,8 @@ $(nginx_http_head "$d" "$w")
 EOF
   ;;
   haproxy) cat > "$d/haproxy.cfg" <<EOF
-global
-  nbthread $w
+$(haproxy_head http "$w")
   maxconn $HAP_MAXCONN
-defaults
-  mode http
-  maxconn $HAP_MAXCONN
-  timeout connect 5s
-  timeout client 300s
-  timeout server 300s
-  timeout http-keep-alive 300s
-  http-reuse always
 frontend fe
   bind 127.0.0.1:${PORT[haproxy]}
   default_backend slow
@@ -90,8 +81,8 @@ EOF
 start_target() { # target workers cpus; sets LAST_PID
   local t=$1 w=$2 cpus=$3 d=$WORK/$1 pid
   case $t in
-    nginx) taskset -c "$cpus" nginx -p "$d" -c "$d/nginx.conf" -g 'daemon off;' >"$d/logs/stdout" 2>&1 & pid=$! ;;
-    haproxy) taskset -c "$cpus" haproxy -db -f "$d/haproxy.cfg" >"$d/logs/stdout" 2>&1 & pid=$! ;;
+    nginx) start_peer nginx "$d" "$cpus"; pid=$! ;;
+    haproxy) start_peer haproxy "$d" "$cpus"; pid=$! ;;
     weir) LISTEN=127.0.0.1:${PORT[weir]} WORKERS=$w BACKEND=127.0.0.1:$P_BE REGISTRY_FILE=$d/registry.yaml \
         WEIR_BIN=$WEIR_BIN taskset -c "$cpus" "$HERE/weir.sh" plain >"$d/logs/stdout" 2>&1 & pid=$! ;;
     *) die "unknown target $t" ;;
