@@ -60,8 +60,8 @@ pub enum ProxyError {
     Upstream {
         /// The endpoint.
         addr: EndpointAddr,
-        /// hyper's account.
-        source: hyper::Error,
+        /// The client's account (ours for pooled HTTP/1, hyper's otherwise).
+        source: UpstreamError,
     },
     /// The upstream handshake (HTTP/2 settings exchange) failed.
     #[error("upstream {addr} handshake failed: {source}")]
@@ -77,6 +77,17 @@ pub enum ProxyError {
     /// on, so it is not retryable as an error; the retry stage decides on per-try timeouts itself.
     #[error("{} passed before the upstream answered", .0.name())]
     Timeout(TimeoutKind),
+}
+
+/// How an upstream exchange failed, by the client that ran it.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// hyper's (HTTP/2, upgrades).
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+    /// Ours (pooled HTTP/1).
+    #[error(transparent)]
+    H1(#[from] crate::http::h1::Error),
 }
 
 impl ProxyError {

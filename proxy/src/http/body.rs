@@ -9,7 +9,6 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use super::pool::PoolReturn;
 use crate::idle::{IdleBody, Touched};
 use crate::mirror::tee::Tee;
 use crate::resilience::{
@@ -28,6 +27,12 @@ pub enum BodyError {
     /// buffer before a retry could resend it, or a retry took it over.
     #[error(transparent)]
     Replay(#[from] ReplayError<hyper::Error>),
+    /// An upstream HTTP/1 response body broke off or broke its framing.
+    #[error(transparent)]
+    Upstream(#[from] super::h1::Error),
+    /// A request body did not match the length it declared.
+    #[error("request body {0}")]
+    Length(&'static str),
     /// No body frame moved in either direction for the stream idle timeout.
     #[error("the stream was idle for its idle timeout")]
     Idle,
@@ -42,8 +47,9 @@ pub enum ProxyBody {
     Full(Option<Bytes>),
     /// Streamed from the downstream client (requests) or the upstream (responses).
     Incoming(Incoming),
-    /// Streamed from a pooled upstream connection, returned to the pool once fully read.
-    Pooled(PooledBody),
+    /// Streamed from a pooled upstream HTTP/1 connection, which goes back to its pool once the
+    /// body has been read.
+    H1(Box<super::h1::ResponseBody>),
     /// A request body that a retry may send again (only on routes that can retry a sent request).
     Replay(ReplayBody<ClientBody>),
     /// A response holding its service's concurrency slot until the body ends or is dropped.
@@ -88,12 +94,10 @@ impl Body for ProxyBody {
             ProxyBody::Empty => Poll::Ready(None),
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Incoming(b) => Pin::new(b).poll_frame(cx),
-            ProxyBody::Pooled(p) => {
-                let polled = Pin::new(&mut p.body).poll_frame(cx);
-                if let Poll::Ready(None) = polled {
-                    p.ret.finished();
-                }
-                polled
+            ProxyBody::H1(b) => {
+                return Pin::new(b.as_mut())
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(BodyError::Upstream)));
             }
             ProxyBody::Replay(b) => {
                 return Pin::new(b)
@@ -114,7 +118,7 @@ impl Body for ProxyBody {
             ProxyBody::Empty => true,
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Incoming(b) => b.is_end_stream(),
-            ProxyBody::Pooled(p) => p.body.is_end_stream(),
+            ProxyBody::H1(b) => b.is_end_stream(),
             ProxyBody::Replay(b) => b.is_end_stream(),
             ProxyBody::Held(b, _) => b.is_end_stream(),
             ProxyBody::Classified(c) => c.inner().is_end_stream(),
@@ -129,36 +133,13 @@ impl Body for ProxyBody {
             ProxyBody::Empty => SizeHint::with_exact(0),
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Incoming(b) => b.size_hint(),
-            ProxyBody::Pooled(p) => p.body.size_hint(),
+            ProxyBody::H1(b) => b.size_hint(),
             ProxyBody::Replay(b) => b.size_hint(),
             ProxyBody::Held(b, _) => b.size_hint(),
             ProxyBody::Classified(c) => c.inner().size_hint(),
             ProxyBody::Tee(t) => t.inner().size_hint(),
             ProxyBody::Touched(t) => t.size_hint(),
             ProxyBody::Idle(b) => b.size_hint(),
-        }
-    }
-}
-
-/// A response body from a pooled HTTP/1 connection, which goes back to the pool once the body
-/// was read to its end.
-#[derive(Debug)]
-pub struct PooledBody {
-    body: Incoming,
-    ret: PoolReturn,
-}
-
-impl PooledBody {
-    pub(crate) fn new(body: Incoming, ret: PoolReturn) -> Self {
-        Self { body, ret }
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // A body with nothing left to read (HEAD, 204, Content-Length: 0) may never be polled.
-        if self.body.is_end_stream() {
-            self.ret.finished();
         }
     }
 }

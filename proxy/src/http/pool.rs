@@ -1,9 +1,9 @@
 //! Upstream connections per endpoint: an HTTP/1 keep-alive pool (LIFO, so the warmest connection
 //! is reused and the rest can idle out) and one multiplexed HTTP/2 connection.
 //!
-//! An idle HTTP/1 connection costs ~17 KiB (hyper's 8 KiB read buffer, the 32-slot block of its
-//! request channel, the connection task): a burst of concurrent requests must not leave hundreds
-//! of them open. Beyond `max_idle`, the least recently used idle connections are closed once
+//! HTTP/1 goes through our own client (`h1`): a pooled connection is a socket and its buffers,
+//! with no task of its own. An idle one still holds up to ~20 KiB of read buffer, so a burst of
+//! concurrent requests must not leave hundreds of them open. Beyond `max_idle`, the least recently used idle connections are closed once
 //! they sat unused for `SURPLUS_IDLE` (not at once: under steady load the idle count swings past
 //! any small cap, and closing there would make requests pay for new connections); the rest are
 //! closed when they expire.
@@ -20,8 +20,12 @@ use hyper::{body::Incoming, client::conn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::Instant;
 
-use super::body::{PooledBody, ProxyBody};
-use crate::{addr::EndpointAddr, error::ProxyError, transport::listen};
+use super::{body::ProxyBody, h1};
+use crate::{
+    addr::EndpointAddr,
+    error::{ProxyError, UpstreamError},
+    transport::listen,
+};
 
 /// How the proxy talks to an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +55,7 @@ pub struct PoolConfig {
 }
 
 struct Idle {
-    tx: conn::http1::SendRequest<ProxyBody>,
+    conn: Box<h1::Conn>,
     since: Instant,
 }
 
@@ -59,8 +63,8 @@ struct Idle {
 pub enum Conn {
     /// A keep-alive connection; `reused` if it came from the idle pool.
     H1 {
-        /// The sender.
-        tx: conn::http1::SendRequest<ProxyBody>,
+        /// The connection.
+        conn: Box<h1::Conn>,
         /// Whether it carried requests before.
         reused: bool,
     },
@@ -79,10 +83,6 @@ pub struct EndpointPool {
     last_used: std::sync::atomic::AtomicU64,
 }
 
-/// Gives an HTTP/1 connection back to its pool once its response body was read to the end.
-#[derive(Debug)]
-pub struct PoolReturn(Option<(conn::http1::SendRequest<ProxyBody>, Arc<EndpointPool>)>);
-
 impl std::fmt::Debug for EndpointPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EndpointPool")
@@ -91,11 +91,16 @@ impl std::fmt::Debug for EndpointPool {
     }
 }
 
-impl PoolReturn {
-    /// The response ended cleanly: the connection may carry another request.
-    pub fn finished(&mut self) {
-        if let Some((tx, pool)) = self.0.take() {
-            pool.checkin(tx);
+impl h1::Home for EndpointPool {
+    fn checkin(&self, conn: Box<h1::Conn>) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < self.config.max_idle.max(HARD_IDLE_LIMIT) {
+                idle.push(Idle {
+                    conn,
+                    since: Instant::now(),
+                });
+            }
+            // Else the connection is dropped, which closes it.
         }
     }
 }
@@ -121,15 +126,13 @@ impl EndpointPool {
         );
         match proto {
             UpstreamProto::Http1 => {
-                while let Some(mut tx) = self.checkout() {
-                    if tx.ready().await.is_ok() {
-                        return Ok(Conn::H1 { tx, reused: true });
-                    }
+                if let Some(conn) = self.checkout() {
+                    return Ok(Conn::H1 { conn, reused: true });
                 }
                 // Connecting is rare with pooling; boxed so every request's future does not carry
-                // a TCP connect and an HTTP handshake inline (hyper moves request futures around).
+                // a TCP connect inline.
                 Ok(Conn::H1 {
-                    tx: Box::pin(self.connect_h1()).await?,
+                    conn: Box::pin(self.connect_h1()).await?,
                     reused: false,
                 })
             }
@@ -144,75 +147,50 @@ impl EndpointPool {
         req: Request<ProxyBody>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         match conn {
-            Conn::H1 { mut tx, reused } => match tx.try_send_request(req).await {
-                Ok(resp) => Ok(self.pooled(resp, tx)),
-                Err(mut e) => match e.take_message() {
-                    // The pooled connection closed before the request went out: nothing was
-                    // sent, so a fresh connection may carry it.
-                    Some(back) if reused => {
-                        let mut tx = Box::pin(self.connect_h1()).await?;
-                        let resp =
-                            tx.send_request(back)
-                                .await
-                                .map_err(|source| ProxyError::Upstream {
-                                    addr: self.addr,
-                                    source,
-                                })?;
-                        Ok(self.pooled(resp, tx))
+            Conn::H1 { conn, reused } => {
+                let home: Arc<dyn h1::Home> = self.clone();
+                match h1::send(conn, req, home.clone()).await {
+                    Ok(resp) => Ok(resp),
+                    // The pooled connection was closed under the request, which never reached
+                    // the upstream (or may safely go twice): a fresh connection carries it.
+                    Err(h1::Failed {
+                        replay: Some(replay),
+                        ..
+                    }) if reused => {
+                        let fresh = Box::pin(self.connect_h1()).await?;
+                        h1::resend(fresh, replay, home)
+                            .await
+                            .map_err(|f| self.upstream_failed(f.error.into()))
                     }
-                    _ => Err(ProxyError::Upstream {
-                        addr: self.addr,
-                        source: e.into_error(),
-                    }),
-                },
-            },
+                    Err(f) => Err(self.upstream_failed(f.error.into())),
+                }
+            }
             Conn::H2(mut tx) => {
                 let resp = tx
                     .send_request(req)
                     .await
-                    .map_err(|source| ProxyError::Upstream {
-                        addr: self.addr,
-                        source,
-                    })?;
+                    .map_err(|e| self.upstream_failed(e.into()))?;
                 Ok(resp.map(ProxyBody::Incoming))
             }
         }
     }
 
-    fn pooled(
-        self: &Arc<Self>,
-        resp: Response<Incoming>,
-        tx: conn::http1::SendRequest<ProxyBody>,
-    ) -> Response<ProxyBody> {
-        let ret = PoolReturn(Some((tx, self.clone())));
-        resp.map(|b| ProxyBody::Pooled(PooledBody::new(b, ret)))
+    fn upstream_failed(&self, source: UpstreamError) -> ProxyError {
+        ProxyError::Upstream {
+            addr: self.addr,
+            source,
+        }
     }
 
-    fn checkout(&self) -> Option<conn::http1::SendRequest<ProxyBody>> {
+    fn checkout(&self) -> Option<Box<h1::Conn>> {
         let now = Instant::now();
         let mut idle = self.idle.lock().ok()?;
         while let Some(c) = idle.pop() {
-            if !c.tx.is_closed() && now.duration_since(c.since) < self.config.idle_timeout {
-                return Some(c.tx);
+            if now.duration_since(c.since) < self.config.idle_timeout && c.conn.is_open() {
+                return Some(c.conn);
             }
         }
         None
-    }
-
-    fn checkin(&self, tx: conn::http1::SendRequest<ProxyBody>) {
-        if tx.is_closed() {
-            return;
-        }
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < self.config.max_idle.max(HARD_IDLE_LIMIT) {
-                idle.push(Idle {
-                    tx,
-                    since: Instant::now(),
-                });
-            }
-            // Else dropping the last sender ends hyper's connection task, which closes the
-            // socket.
-        }
     }
 
     /// Closes idle connections that expired, that the endpoint closed, or that are surplus
@@ -223,7 +201,7 @@ impl EndpointPool {
         };
         let before = idle.len();
         let timeout = self.config.idle_timeout;
-        idle.retain(|c| !c.tx.is_closed() && now.duration_since(c.since) < timeout);
+        idle.retain(|c| now.duration_since(c.since) < timeout && c.conn.is_open());
         // Checked in at the top, so the bottom is the least recently used.
         let surplus = idle.len().saturating_sub(self.config.max_idle);
         let stale = idle[..surplus]
@@ -239,14 +217,14 @@ impl EndpointPool {
         self.idle.lock().map_or(0, |idle| idle.len())
     }
 
-    async fn connect_h1(&self) -> Result<conn::http1::SendRequest<ProxyBody>, ProxyError> {
-        let io = self.connect().await?;
-        let (tx, conn) = conn::http1::Builder::new()
-            .handshake(io)
+    async fn connect_h1(&self) -> Result<Box<h1::Conn>, ProxyError> {
+        let io = listen::connect(self.addr.0, self.config.connect_timeout)
             .await
-            .map_err(self.handshake_failed())?;
-        drive(conn, "upstream connection ended");
-        Ok(tx)
+            .map_err(|source| ProxyError::Connect {
+                addr: self.addr,
+                source,
+            })?;
+        Ok(h1::Conn::new(io))
     }
 
     async fn connect(&self) -> Result<TokioIo<tokio::net::TcpStream>, ProxyError> {
@@ -304,10 +282,7 @@ impl EndpointPool {
         drive(conn.with_upgrades(), "upstream upgraded connection ended");
         tx.send_request(req)
             .await
-            .map_err(|source| ProxyError::Upstream {
-                addr: self.addr,
-                source,
-            })
+            .map_err(|e| self.upstream_failed(e.into()))
     }
 
     fn handshake_failed(&self) -> impl FnOnce(hyper::Error) -> ProxyError {

@@ -9,6 +9,7 @@ use std::sync::{
 use tokio::{io::AsyncReadExt, net::TcpListener};
 
 use super::*;
+use crate::http::h1::Home;
 
 /// An endpoint that accepts and holds connections, counting the ones the client has not closed.
 async fn endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
@@ -39,11 +40,11 @@ fn pool(addr: EndpointAddr, max_idle: usize) -> Arc<EndpointPool> {
     Arc::new(EndpointPool::new(addr, Arc::new(config)))
 }
 
-async fn fresh(p: &Arc<EndpointPool>) -> conn::http1::SendRequest<ProxyBody> {
+async fn fresh(p: &Arc<EndpointPool>) -> Box<h1::Conn> {
     match p.acquire(UpstreamProto::Http1).await.expect("connect") {
-        Conn::H1 { tx, reused } => {
+        Conn::H1 { conn, reused } => {
             assert!(!reused, "the pool was empty");
-            tx
+            conn
         }
         Conn::H2(_) => unreachable!("asked for HTTP/1"),
     }
@@ -139,7 +140,7 @@ async fn the_sweep_drops_connections_the_endpoint_closed() {
     let tx = fresh(&p).await;
     p.checkin(tx);
     drop(accept.await.expect("accept task").expect("accept"));
-    // hyper notices the close on its own; the sweep then forgets the dead sender.
+    // The close makes the idle socket readable; the sweep's probe finds it closed.
     let deadline = Instant::now() + Duration::from_secs(5);
     while p.close_expired(Instant::now()) == 0 {
         assert!(

@@ -1,0 +1,345 @@
+//! Reads an upstream HTTP/1.x response head out of the connection's buffer: status, headers
+//! (values share the buffer, nothing copied), and how the body is framed (RFC 9112 §6.3).
+
+use bytes::{Bytes, BytesMut};
+use http::{
+    header::{self, HeaderName, HeaderValue},
+    HeaderMap, StatusCode, Version,
+};
+
+use super::Error;
+
+/// Most headers a response head may carry (hyper's limit too).
+pub const MAX_HEADERS: usize = 100;
+/// Largest response head.
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// How the response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body (HEAD, 204, 304, or `Content-Length: 0`).
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked transfer coding.
+    Chunked,
+    /// Everything until the upstream closes; the connection cannot be reused.
+    UntilClose,
+}
+
+/// A parsed final response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub framing: BodyFraming,
+    /// Whether the connection may carry another request once the body has been read.
+    pub keep_alive: bool,
+}
+
+/// Parses one response head from the front of `buf` and removes it. `Ok(None)`: incomplete.
+/// Interim (1xx) responses are read and dropped; a `101` is an error here (upgrades are
+/// forwarded on connections of their own).
+pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let len = match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+                return Err(Error::Protocol("response head too large"))
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(Error::Protocol("too many response headers"))
+            }
+            Err(_) => return Err(Error::Protocol("malformed response head")),
+        };
+        let code = parsed.code.unwrap_or(0);
+        let status =
+            StatusCode::from_u16(code).map_err(|_| Error::Protocol("invalid response status"))?;
+        if status.is_informational() {
+            if status == StatusCode::SWITCHING_PROTOCOLS {
+                return Err(Error::Protocol("unexpected 101 Switching Protocols"));
+            }
+            let _ = buf.split_to(len);
+            continue;
+        }
+        let version = if parsed.version == Some(0) {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        };
+        // Offsets into `buf`, so the values can share the frozen head once the borrow ends.
+        let base = buf.as_ptr() as usize;
+        let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+        let n = parsed.headers.len();
+        for (span, h) in spans.iter_mut().zip(parsed.headers.iter()) {
+            let name = h.name.as_ptr() as usize - base;
+            let value = h.value.as_ptr() as usize - base;
+            // MAX_HEAD bounds every offset well within u32.
+            *span = (
+                name as u32,
+                h.name.len() as u32,
+                value as u32,
+                h.value.len() as u32,
+            );
+        }
+        let head = buf.split_to(len).freeze();
+        let headers = header_map(&head, &spans[..n])?;
+        return framed(status, version, headers, head_request).map(Some);
+    }
+}
+
+/// While a request body is still being sent: drops complete interim (1xx) heads from the front
+/// of `buf` and tells whether a final response head has fully arrived (the upstream answered
+/// early, so sending can stop). A partial head says no: the rest of it may be a `100 Continue`.
+pub fn final_head_arrived(buf: &mut BytesMut) -> bool {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut slots);
+        match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(n)) => match parsed.code {
+                Some(c) if (100..200).contains(&c) && c != 101 => {
+                    let _ = buf.split_to(n);
+                }
+                _ => return true,
+            },
+            Ok(httparse::Status::Partial) => return buf.len() >= MAX_HEAD,
+            Err(_) => return true,
+        }
+    }
+}
+
+fn header_map(head: &Bytes, spans: &[(u32, u32, u32, u32)]) -> Result<HeaderMap, Error> {
+    let mut headers = HeaderMap::with_capacity(spans.len());
+    for &(n, nl, v, vl) in spans {
+        let (n, nl, v, vl) = (n as usize, nl as usize, v as usize, vl as usize);
+        let name = HeaderName::from_bytes(&head[n..n + nl])
+            .map_err(|_| Error::Protocol("invalid response header name"))?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
+            .map_err(|_| Error::Protocol("invalid response header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+fn framed(
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+    head_request: bool,
+) -> Result<Head, Error> {
+    let keep_alive = keep_alive(version, &headers);
+    let te = headers.contains_key(header::TRANSFER_ENCODING);
+    let cl = content_length(&headers)?;
+    let framing =
+        if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+            BodyFraming::Empty
+        } else if te {
+            if cl.is_some() {
+                // RFC 9112 §6.3: a message with both "ought to be handled as an error".
+                return Err(Error::Protocol(
+                    "response has both Transfer-Encoding and Content-Length",
+                ));
+            }
+            if chunked_last(&headers) {
+                BodyFraming::Chunked
+            } else {
+                BodyFraming::UntilClose
+            }
+        } else {
+            match cl {
+                Some(0) => BodyFraming::Empty,
+                Some(n) => BodyFraming::Length(n),
+                None => BodyFraming::UntilClose,
+            }
+        };
+    Ok(Head {
+        status,
+        version,
+        headers,
+        framing,
+        keep_alive: keep_alive && framing != BodyFraming::UntilClose,
+    })
+}
+
+/// The one length all `Content-Length` values agree on (a list of equal values is allowed).
+fn content_length(h: &HeaderMap) -> Result<Option<u64>, Error> {
+    let mut found = None;
+    for v in h.get_all(header::CONTENT_LENGTH) {
+        for part in v.as_bytes().split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
+                return Err(Error::Protocol("invalid response Content-Length"));
+            }
+            let n = part
+                .iter()
+                .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+            if found.is_some_and(|f| f != n) {
+                return Err(Error::Protocol("conflicting response Content-Length"));
+            }
+            found = Some(n);
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `chunked` is the final transfer coding.
+fn chunked_last(h: &HeaderMap) -> bool {
+    h.get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .next_back()
+        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
+        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+}
+
+fn keep_alive(version: Version, h: &HeaderMap) -> bool {
+    let has = |token: &[u8]| {
+        h.get_all(header::CONNECTION).iter().any(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        })
+    };
+    if version == Version::HTTP_10 {
+        has(b"keep-alive")
+    } else {
+        !has(b"close")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str, head_request: bool) -> Result<Option<Head>, Error> {
+        let mut buf = BytesMut::from(s);
+        response(&mut buf, head_request)
+    }
+
+    fn framing(s: &str) -> BodyFraming {
+        parse(s, false).expect("valid").expect("complete").framing
+    }
+
+    #[test]
+    fn reads_status_headers_and_leaves_the_body() {
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 200 OK\r\nServer: x\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 2\r\n\r\nok",
+        );
+        let h = response(&mut buf, false).expect("valid").expect("complete");
+        assert_eq!(h.status, StatusCode::OK);
+        assert_eq!(h.version, Version::HTTP_11);
+        assert_eq!(h.headers["server"], "x");
+        assert_eq!(h.headers.get_all("x-a").iter().count(), 2);
+        assert_eq!(h.framing, BodyFraming::Length(2));
+        assert!(h.keep_alive);
+        assert_eq!(&buf[..], b"ok");
+    }
+
+    #[test]
+    fn an_incomplete_head_asks_for_more_at_every_split() {
+        let full = "HTTP/1.1 204 No Content\r\nA: b\r\n\r\n";
+        for i in 0..full.len() {
+            assert!(
+                parse(&full[..i], false).expect("valid prefix").is_none(),
+                "{i}"
+            );
+        }
+        assert_eq!(framing(full), BodyFraming::Empty);
+    }
+
+    #[test]
+    fn interim_responses_are_skipped_and_101_refused() {
+        let mut buf = BytesMut::from(
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
+        );
+        let h = response(&mut buf, false).expect("valid").expect("complete");
+        assert_eq!(h.status, StatusCode::CREATED);
+        assert!(buf.is_empty());
+        assert!(parse("HTTP/1.1 101 Switching Protocols\r\n\r\n", false).is_err());
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            BodyFraming::Chunked
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
+            BodyFraming::UntilClose
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), BodyFraming::UntilClose);
+        assert_eq!(
+            framing("HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n"),
+            BodyFraming::Empty
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n"),
+            BodyFraming::Length(5)
+        );
+        let head = parse("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true);
+        assert_eq!(
+            head.expect("valid").expect("complete").framing,
+            BodyFraming::Empty
+        );
+    }
+
+    #[test]
+    fn ambiguous_framing_is_an_error() {
+        for bad in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            "HTTP/1.1 999x OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+        ] {
+            assert!(parse(bad, false).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn an_early_answer_is_told_from_a_continue() {
+        let mut buf = BytesMut::from("HTTP/1.1 100 Continue\r\n\r\n");
+        assert!(!final_head_arrived(&mut buf));
+        assert!(buf.is_empty(), "the 100 is dropped");
+        let mut buf = BytesMut::from("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 41");
+        assert!(!final_head_arrived(&mut buf));
+        buf.extend_from_slice(b"3 Too Large\r\nContent-Length: 0\r\n\r\n");
+        assert!(final_head_arrived(&mut buf));
+        assert!(buf.starts_with(b"HTTP/1.1 413"));
+    }
+
+    #[test]
+    fn keep_alive_depends_on_version_and_connection() {
+        let ka = |s: &str| {
+            parse(s, false)
+                .expect("valid")
+                .expect("complete")
+                .keep_alive
+        };
+        assert!(!ka(
+            "HTTP/1.1 200 OK\r\nConnection: x, close\r\nContent-Length: 0\r\n\r\n"
+        ));
+        assert!(!ka("HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"));
+        assert!(ka(
+            "HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n"
+        ));
+        assert!(
+            !ka("HTTP/1.1 200 OK\r\n\r\n"),
+            "a close-delimited body ends the connection"
+        );
+    }
+
+    #[test]
+    fn a_head_too_large_is_refused_not_buffered_forever() {
+        // One header still arriving, already past the limit.
+        let s = format!("HTTP/1.1 200 OK\r\nx-filler: {}", "a".repeat(MAX_HEAD));
+        assert!(parse(&s, false).is_err());
+        assert!(parse(&s[..MAX_HEAD / 2], false).expect("valid").is_none());
+    }
+}

@@ -1,0 +1,169 @@
+//! Writes an upstream HTTP/1.1 request head into the connection's reused buffer, choosing the
+//! body's framing the way hyper's client does.
+
+use http::{header, request::Parts, HeaderMap, Method};
+
+/// How the request body follows the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Nothing follows (or the body's bytes are already in the buffer after the head).
+    Done,
+    /// Exactly this many bytes follow, unframed.
+    Length(u64),
+    /// The body follows in chunked encoding.
+    Chunked,
+}
+
+/// Appends the request head to `out`. `exact` is the body's exact length if known, `empty`
+/// whether it has already ended. Hop-by-hop headers (`Transfer-Encoding` among them) were removed
+/// by the caller, so the framing header written here is the only one.
+pub fn head(parts: &Parts, empty: bool, exact: Option<u64>, out: &mut Vec<u8>) -> Framing {
+    out.extend_from_slice(parts.method.as_str().as_bytes());
+    out.push(b' ');
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    headers(&parts.headers, out);
+    let framing = if empty {
+        // A client's own `Content-Length: 0` goes on as it came; nothing is added.
+        Framing::Done
+    } else if let Some(n) = declared_length(&parts.headers).or(exact) {
+        if !parts.headers.contains_key(header::CONTENT_LENGTH) {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa(n, &mut [0u8; 20]));
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Length(n)
+    } else if matches!(parts.method, Method::GET | Method::HEAD | Method::CONNECT) {
+        // As hyper: these almost never carry a body, and a chunked one would surprise servers.
+        Framing::Length(0)
+    } else {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        Framing::Chunked
+    };
+    out.extend_from_slice(b"\r\n");
+    framing
+}
+
+fn headers(h: &HeaderMap, out: &mut Vec<u8>) {
+    for (name, value) in h {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The `Content-Length` the request carries (hyper's server checked it is one valid number).
+fn declared_length(h: &HeaderMap) -> Option<u64> {
+    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// The chunk-size line of a chunk of `n` bytes.
+pub fn chunk_size_line(n: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(format_args_hex(n, &mut [0u8; 16]));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The last chunk and the trailer section (possibly empty).
+pub fn last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(b"0\r\n");
+    if let Some(t) = trailers {
+        headers(t, out);
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+fn format_args_hex(mut n: usize, buf: &mut [u8; 16]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Request;
+
+    use super::*;
+
+    fn encode(req: Request<()>, empty: bool, exact: Option<u64>) -> (String, Framing) {
+        let (parts, ()) = req.into_parts();
+        let mut out = Vec::new();
+        let f = head(&parts, empty, exact, &mut out);
+        (String::from_utf8(out).expect("ascii"), f)
+    }
+
+    #[test]
+    fn a_bodiless_get_is_the_line_and_its_headers() {
+        let req = Request::get("/a?b=c")
+            .header("host", "svc")
+            .header("x-two", "1")
+            .header("x-two", "2")
+            .body(())
+            .expect("request");
+        let (s, f) = encode(req, true, Some(0));
+        assert_eq!(
+            s,
+            "GET /a?b=c HTTP/1.1\r\nhost: svc\r\nx-two: 1\r\nx-two: 2\r\n\r\n"
+        );
+        assert_eq!(f, Framing::Done);
+    }
+
+    #[test]
+    fn a_known_length_gets_content_length_once() {
+        let req = Request::post("/").body(()).expect("request");
+        let (s, f) = encode(req, false, Some(12345));
+        assert_eq!(s, "POST / HTTP/1.1\r\ncontent-length: 12345\r\n\r\n");
+        assert_eq!(f, Framing::Length(12345));
+        let req = Request::post("/")
+            .header("content-length", "7")
+            .body(())
+            .expect("request");
+        let (s, f) = encode(req, false, None);
+        assert_eq!(s, "POST / HTTP/1.1\r\ncontent-length: 7\r\n\r\n");
+        assert_eq!(f, Framing::Length(7));
+    }
+
+    #[test]
+    fn an_unknown_length_is_chunked_except_on_get() {
+        let req = Request::put("/x").body(()).expect("request");
+        let (s, f) = encode(req, false, None);
+        assert_eq!(s, "PUT /x HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!(f, Framing::Chunked);
+        let (_, f) = encode(Request::get("/").body(()).expect("request"), false, None);
+        assert_eq!(f, Framing::Length(0));
+    }
+
+    #[test]
+    fn chunk_lines_are_hex() {
+        let mut out = Vec::new();
+        chunk_size_line(0x1f3a, &mut out);
+        assert_eq!(out, b"1f3a\r\n");
+        chunk_size_line(1, &mut out);
+        assert_eq!(out, b"1\r\n");
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", "0".parse().expect("value"));
+        last_chunk(Some(&t), &mut out);
+        assert_eq!(out, b"0\r\ngrpc-status: 0\r\n\r\n");
+    }
+}

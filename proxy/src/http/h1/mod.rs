@@ -1,0 +1,351 @@
+//! Our HTTP/1.1 client for pooled upstream connections. The request's own task writes the head
+//! and reads the response into buffers the connection keeps between requests: no connection
+//! task, no request channel, no per-request buffer. (hyper's client cost a third of the proxy's
+//! instructions per request; upgrades and HTTP/2 still go through hyper.)
+
+mod body;
+mod chunked;
+mod decode;
+mod encode;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    future::poll_fn,
+    io,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
+
+use bytes::{Buf, BytesMut};
+use http::{HeaderMap, Method, Request, Response};
+use http_body::Body;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+pub use body::ResponseBody;
+use decode::{BodyFraming, Head};
+use encode::Framing;
+
+use super::body::{BodyError, ProxyBody};
+
+/// Reads never go below this much free buffer space...
+const MIN_READ: usize = 4 * 1024;
+/// ...and grow the buffer by this much. Response heads and small bodies are split off the buffer
+/// without copying, so one allocation serves many responses.
+const READ_SIZE: usize = 16 * 1024;
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The socket failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The upstream broke HTTP/1.1.
+    #[error("{0}")]
+    Protocol(&'static str),
+    /// The upstream closed the connection before sending anything back.
+    #[error("connection closed before a response")]
+    Closed,
+    /// The upstream closed the connection in the middle of a response.
+    #[error("connection closed in the middle of a response")]
+    Truncated,
+    /// The request body failed (the client's stream, or its length against its framing).
+    #[error("request body: {0}")]
+    RequestBody(Box<BodyError>),
+}
+
+/// Where a connection goes when its response has been read to the end.
+pub trait Home: Send + Sync {
+    /// Takes back a connection that may carry another request.
+    fn checkin(&self, conn: Box<Conn>);
+}
+
+/// One upstream HTTP/1.1 connection and the buffers it reuses.
+pub struct Conn {
+    io: TcpStream,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn").field("io", &self.io).finish()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // The heap trim waits for closes like this one (memory.rs).
+        crate::memory::released(1);
+    }
+}
+
+/// A failed exchange; `replay` holds the whole request when none of the response arrived and
+/// the request is still whole in memory, so it may be sent again on a fresh connection.
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    pub error: Error,
+    /// The request, encoded, if it can go again.
+    pub replay: Option<Replay>,
+}
+
+/// An encoded request that can be sent again.
+#[derive(Debug)]
+pub struct Replay {
+    bytes: Vec<u8>,
+    head_request: bool,
+}
+
+impl Conn {
+    /// A connection ready for its first request.
+    pub fn new(io: TcpStream) -> Box<Self> {
+        Box::new(Self {
+            io,
+            rbuf: BytesMut::new(),
+            wbuf: Vec::new(),
+        })
+    }
+
+    /// Whether an idle connection can still carry a request: the upstream has neither closed it
+    /// nor sent anything unasked. Costs no system call unless the socket became readable.
+    pub fn is_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    fn make_room(&mut self) {
+        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
+            self.rbuf.reserve(READ_SIZE);
+        }
+    }
+
+    async fn fill(&mut self) -> io::Result<usize> {
+        self.make_room();
+        self.io.read_buf(&mut self.rbuf).await
+    }
+
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.make_room();
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.rbuf)
+    }
+}
+
+/// Sends `req` on `conn` and returns the response head; its body streams off the connection,
+/// which goes `home` once the body has been read (at once if it was already buffered).
+pub async fn send(
+    mut conn: Box<Conn>,
+    req: Request<ProxyBody>,
+    home: Arc<dyn Home>,
+) -> Result<Response<ProxyBody>, Failed> {
+    let (parts, mut body) = req.into_parts();
+    let method = parts.method.clone();
+    let head_request = method == Method::HEAD;
+    conn.wbuf.clear();
+    let empty = body.is_end_stream();
+    let framing = encode::head(&parts, empty, body.size_hint().exact(), &mut conn.wbuf);
+    drop(parts);
+    // A body already whole in memory goes out with the head: one write, and the request can be
+    // sent again as it is.
+    let whole = match (&mut body, framing) {
+        (_, Framing::Done | Framing::Length(0)) => true,
+        (ProxyBody::Full(b), Framing::Length(n))
+            if b.as_ref().map(|b| b.len() as u64) == Some(n) =>
+        {
+            if let Some(b) = b.take() {
+                conn.wbuf.extend_from_slice(&b);
+            }
+            true
+        }
+        _ => false,
+    };
+    if whole {
+        let replayable = method.is_idempotent();
+        return exchange(conn, head_request, replayable, home).await;
+    }
+    let complete = match send_streaming(&mut conn, &mut body, framing).await {
+        Ok(complete) => complete,
+        Err(error) => {
+            return Err(Failed {
+                error,
+                replay: None,
+            })
+        }
+    };
+    drop(body);
+    match read_head(&mut conn, head_request).await {
+        Ok(head) => Ok(respond(conn, head, complete, home)),
+        Err(error) => Err(Failed {
+            error,
+            replay: None,
+        }),
+    }
+}
+
+/// Sends a request again (on a fresh connection) after [`send`] failed with a replay.
+pub async fn resend(
+    mut conn: Box<Conn>,
+    replay: Replay,
+    home: Arc<dyn Home>,
+) -> Result<Response<ProxyBody>, Failed> {
+    conn.wbuf = replay.bytes;
+    exchange(conn, replay.head_request, false, home).await
+}
+
+/// Writes the buffered request and reads the answer. On failure the request is offered for a
+/// replay if it never left (the write failed), or if nothing came back and it is `idempotent`:
+/// the upstream closed or reset the connection, as a pooled connection's peer may at any
+/// moment, and an idempotent request may safely go again even had it been acted on.
+async fn exchange(
+    mut conn: Box<Conn>,
+    head_request: bool,
+    idempotent: bool,
+    home: Arc<dyn Home>,
+) -> Result<Response<ProxyBody>, Failed> {
+    let (read, unsent) = match conn.io.write_all(&conn.wbuf).await {
+        Ok(()) => (read_head(&mut conn, head_request).await, false),
+        Err(e) => (Err(Error::Io(e)), true),
+    };
+    match read {
+        Ok(head) => Ok(respond(conn, head, true, home)),
+        Err(error) => {
+            let silent = conn.rbuf.is_empty() && matches!(error, Error::Io(_) | Error::Closed);
+            let replay = (unsent || (silent && idempotent)).then(|| Replay {
+                bytes: std::mem::take(&mut conn.wbuf),
+                head_request,
+            });
+            Err(Failed { error, replay })
+        }
+    }
+}
+
+/// Streams a body that is not whole in memory after the head. Returns whether all of it was
+/// sent: an upstream that answers early (a 413, a redirect) gets no more of it.
+async fn send_streaming(
+    conn: &mut Conn,
+    body: &mut ProxyBody,
+    framing: Framing,
+) -> Result<bool, Error> {
+    conn.io.write_all(&conn.wbuf).await?;
+    let mut left = match framing {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
+    let mut trailers: Option<HeaderMap> = None;
+    loop {
+        let frame = tokio::select! {
+            biased;
+            f = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)) => f,
+            r = conn.io.readable() => {
+                r?;
+                match conn.io.try_read_buf(&mut conn.rbuf) {
+                    Ok(0) => return Err(Error::Closed),
+                    Ok(_) if decode::final_head_arrived(&mut conn.rbuf) => return Ok(false),
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(Error::Io(e)),
+                }
+            }
+        };
+        let frame = match frame {
+            None => break,
+            Some(Err(e)) => return Err(Error::RequestBody(Box::new(e))),
+            Some(Ok(f)) => f,
+        };
+        let data = match frame.into_data() {
+            Ok(d) => d,
+            Err(f) => {
+                trailers = f.into_trailers().ok();
+                continue;
+            }
+        };
+        if data.is_empty() {
+            continue;
+        }
+        match &mut left {
+            Some(n) => {
+                *n = n
+                    .checked_sub(data.len() as u64)
+                    .ok_or(Error::RequestBody(Box::new(BodyError::Length(
+                        "longer than its Content-Length",
+                    ))))?;
+                conn.io.write_all(&data).await?;
+            }
+            None => {
+                encode::chunk_size_line(data.len(), &mut conn.wbuf);
+                let mut out = Buf::chain(Buf::chain(&conn.wbuf[..], data), &b"\r\n"[..]);
+                conn.io.write_all_buf(&mut out).await?;
+            }
+        }
+    }
+    match left {
+        Some(0) => {}
+        Some(_) => {
+            return Err(Error::RequestBody(Box::new(BodyError::Length(
+                "shorter than its Content-Length",
+            ))))
+        }
+        None => {
+            encode::last_chunk(trailers.as_ref(), &mut conn.wbuf);
+            conn.io.write_all(&conn.wbuf).await?;
+        }
+    }
+    Ok(true)
+}
+
+async fn read_head(conn: &mut Conn, head_request: bool) -> Result<Head, Error> {
+    loop {
+        if !conn.rbuf.is_empty() {
+            if let Some(head) = decode::response(&mut conn.rbuf, head_request)? {
+                return Ok(head);
+            }
+        }
+        if conn.fill().await? == 0 {
+            return Err(if conn.rbuf.is_empty() {
+                Error::Closed
+            } else {
+                Error::Truncated
+            });
+        }
+    }
+}
+
+/// The response for `head`. A body already in the buffer (most small ones) is taken whole and the
+/// connection goes home at once; a longer one streams off the connection.
+fn respond(
+    mut conn: Box<Conn>,
+    head: Head,
+    request_sent: bool,
+    home: Arc<dyn Home>,
+) -> Response<ProxyBody> {
+    let keep_alive = head.keep_alive && request_sent;
+    let body = match head.framing {
+        BodyFraming::Empty => {
+            checkin(conn, keep_alive, &*home);
+            ProxyBody::Empty
+        }
+        BodyFraming::Length(n) if conn.rbuf.len() as u64 >= n => {
+            // n <= rbuf.len(), a usize.
+            let data = conn.rbuf.split_to(n as usize).freeze();
+            checkin(conn, keep_alive, &*home);
+            ProxyBody::Full(Some(data))
+        }
+        framing => ProxyBody::H1(Box::new(ResponseBody::new(conn, home, framing, keep_alive))),
+    };
+    let mut resp = Response::new(body);
+    *resp.status_mut() = head.status;
+    *resp.version_mut() = head.version;
+    *resp.headers_mut() = head.headers;
+    resp
+}
+
+fn checkin(conn: Box<Conn>, keep_alive: bool, home: &dyn Home) {
+    // Bytes after the response were never asked for: the connection is out of step.
+    if keep_alive && conn.rbuf.is_empty() {
+        home.checkin(conn);
+    }
+}
