@@ -1,9 +1,11 @@
 //! Reads an upstream HTTP/1.x response head out of the connection's buffer: status, headers
 //! (values share the buffer, nothing copied), and how the body is framed (RFC 9112 §6.3).
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::{
-    header::{self, HeaderName, HeaderValue},
+    header::{HeaderName, HeaderValue},
     HeaderMap, StatusCode, Version,
 };
 
@@ -40,12 +42,14 @@ pub struct Head {
 
 /// Parses one response head from the front of `buf` and removes it. `Ok(None)`: incomplete.
 /// Interim (1xx) responses are read and dropped; a `101` is an error here (upgrades are
-/// forwarded on connections of their own).
+/// forwarded on connections of their own). Hop-by-hop fields never reach the header map when
+/// `Connection` names no other field (the usual case), so stripping them later costs a scan.
 pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Response::new(&mut slots);
-        let len = match parsed.parse(buf) {
+        let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut []);
+        let parser = httparse::ParserConfig::default();
+        let len = match parser.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
                 return Err(Error::Protocol("response head too large"))
@@ -71,24 +75,32 @@ pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, 
         } else {
             Version::HTTP_11
         };
+        let mut facts = Facts::default();
+        for h in parsed.headers.iter() {
+            facts.see(h.name.as_bytes(), h.value)?;
+        }
         // Offsets into `buf`, so the values can share the frozen head once the borrow ends.
         let base = buf.as_ptr() as usize;
         let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
-        let n = parsed.headers.len();
-        for (span, h) in spans.iter_mut().zip(parsed.headers.iter()) {
-            let name = h.name.as_ptr() as usize - base;
-            let value = h.value.as_ptr() as usize - base;
+        let mut n = 0;
+        for h in parsed.headers.iter() {
+            if !facts.names_others && is_hop_by_hop(h.name.as_bytes()) {
+                continue;
+            }
             // MAX_HEAD bounds every offset well within u32.
-            *span = (
-                name as u32,
+            spans[n] = (
+                (h.name.as_ptr() as usize - base) as u32,
                 h.name.len() as u32,
-                value as u32,
+                (h.value.as_ptr() as usize - base) as u32,
                 h.value.len() as u32,
             );
+            n += 1;
         }
         let head = buf.split_to(len).freeze();
         let headers = header_map(&head, &spans[..n])?;
-        return framed(status, version, headers, head_request).map(Some);
+        return facts
+            .framed(status, version, headers, head_request)
+            .map(Some);
     }
 }
 
@@ -97,9 +109,10 @@ pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, 
 /// early, so sending can stop). A partial head says no: the rest of it may be a `100 Continue`.
 pub fn final_head_arrived(buf: &mut BytesMut) -> bool {
     loop {
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut parsed = httparse::Response::new(&mut slots);
-        match parsed.parse(buf) {
+        let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+        let mut parsed = httparse::Response::new(&mut []);
+        let parser = httparse::ParserConfig::default();
+        match parser.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
             Ok(httparse::Status::Complete(n)) => match parsed.code {
                 Some(c) if (100..200).contains(&c) && c != 101 => {
                     let _ = buf.split_to(n);
@@ -125,51 +138,47 @@ fn header_map(head: &Bytes, spans: &[(u32, u32, u32, u32)]) -> Result<HeaderMap,
     Ok(headers)
 }
 
-fn framed(
-    status: StatusCode,
-    version: Version,
-    headers: HeaderMap,
-    head_request: bool,
-) -> Result<Head, Error> {
-    let keep_alive = keep_alive(version, &headers);
-    let te = headers.contains_key(header::TRANSFER_ENCODING);
-    let cl = content_length(&headers)?;
-    let framing =
-        if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-            BodyFraming::Empty
-        } else if te {
-            if cl.is_some() {
-                // RFC 9112 §6.3: a message with both "ought to be handled as an error".
-                return Err(Error::Protocol(
-                    "response has both Transfer-Encoding and Content-Length",
-                ));
-            }
-            if chunked_last(&headers) {
-                BodyFraming::Chunked
-            } else {
-                BodyFraming::UntilClose
-            }
-        } else {
-            match cl {
-                Some(0) => BodyFraming::Empty,
-                Some(n) => BodyFraming::Length(n),
-                None => BodyFraming::UntilClose,
-            }
-        };
-    Ok(Head {
-        status,
-        version,
-        headers,
-        framing,
-        keep_alive: keep_alive && framing != BodyFraming::UntilClose,
-    })
+/// What the framing and connection fields of a head say, gathered from the raw fields.
+#[derive(Debug, Default)]
+struct Facts {
+    length: Option<u64>,
+    transfer_encoding: bool,
+    chunked_last: bool,
+    close: bool,
+    keep_alive: bool,
+    /// `Connection` names a field other than itself: the header map gets every field, and the
+    /// hop-by-hop stripping removes the named ones.
+    names_others: bool,
 }
 
-/// The one length all `Content-Length` values agree on (a list of equal values is allowed).
-fn content_length(h: &HeaderMap) -> Result<Option<u64>, Error> {
-    let mut found = None;
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        for part in v.as_bytes().split(|&b| b == b',') {
+impl Facts {
+    fn see(&mut self, name: &[u8], value: &[u8]) -> Result<(), Error> {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.content_length(value)?;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.transfer_encoding = true;
+            // The last coding of the last field decides (RFC 9112 §6.3).
+            self.chunked_last = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    self.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    self.keep_alive = true;
+                } else if !token.is_empty() {
+                    self.names_others = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One length all `Content-Length` values agree on (a list of equal values is allowed).
+    fn content_length(&mut self, value: &[u8]) -> Result<(), Error> {
+        for part in value.split(|&b| b == b',') {
             let part = part.trim_ascii();
             if part.is_empty() || part.len() > 19 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(Error::Protocol("invalid response Content-Length"));
@@ -177,37 +186,74 @@ fn content_length(h: &HeaderMap) -> Result<Option<u64>, Error> {
             let n = part
                 .iter()
                 .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
-            if found.is_some_and(|f| f != n) {
+            if self.length.is_some_and(|f| f != n) {
                 return Err(Error::Protocol("conflicting response Content-Length"));
             }
-            found = Some(n);
+            self.length = Some(n);
         }
+        Ok(())
     }
-    Ok(found)
-}
 
-/// Whether `chunked` is the final transfer coding.
-fn chunked_last(h: &HeaderMap) -> bool {
-    h.get_all(header::TRANSFER_ENCODING)
-        .iter()
-        .next_back()
-        .and_then(|v| v.as_bytes().rsplit(|&b| b == b',').next())
-        .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-}
-
-fn keep_alive(version: Version, h: &HeaderMap) -> bool {
-    let has = |token: &[u8]| {
-        h.get_all(header::CONNECTION).iter().any(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+    fn framed(
+        self,
+        status: StatusCode,
+        version: Version,
+        headers: HeaderMap,
+        head_request: bool,
+    ) -> Result<Head, Error> {
+        let keep_alive = if version == Version::HTTP_10 {
+            self.keep_alive
+        } else {
+            !self.close
+        };
+        let framing = if head_request
+            || status == StatusCode::NO_CONTENT
+            || status == StatusCode::NOT_MODIFIED
+        {
+            BodyFraming::Empty
+        } else if self.transfer_encoding {
+            if self.length.is_some() {
+                // RFC 9112 §6.3: a message with both "ought to be handled as an error".
+                return Err(Error::Protocol(
+                    "response has both Transfer-Encoding and Content-Length",
+                ));
+            }
+            if self.chunked_last {
+                BodyFraming::Chunked
+            } else {
+                BodyFraming::UntilClose
+            }
+        } else {
+            match self.length {
+                Some(0) => BodyFraming::Empty,
+                Some(n) => BodyFraming::Length(n),
+                None => BodyFraming::UntilClose,
+            }
+        };
+        Ok(Head {
+            status,
+            version,
+            headers,
+            framing,
+            keep_alive: keep_alive && framing != BodyFraming::UntilClose,
         })
-    };
-    if version == Version::HTTP_10 {
-        has(b"keep-alive")
-    } else {
-        !has(b"close")
     }
+}
+
+/// The fields that describe one hop only (RFC 9110 §7.6.1, plus the legacy ones).
+fn is_hop_by_hop(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 7] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    ];
+    NAMES
+        .iter()
+        .any(|n| n.len() == name.len() && n.eq_ignore_ascii_case(name))
 }
 
 #[cfg(test)]
@@ -236,6 +282,26 @@ mod tests {
         assert_eq!(h.framing, BodyFraming::Length(2));
         assert!(h.keep_alive);
         assert_eq!(&buf[..], b"ok");
+    }
+
+    #[test]
+    fn hop_by_hop_fields_stay_out_unless_connection_names_another() {
+        let h = parse(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nTrailer: x\r\nX-Kept: 1\r\n\r\n",
+            false,
+        )
+        .expect("valid")
+        .expect("complete");
+        let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["x-kept"]);
+        assert_eq!(h.framing, BodyFraming::Chunked);
+        let h = parse(
+            "HTTP/1.1 200 OK\r\nConnection: x-private\r\nX-Private: 1\r\nContent-Length: 0\r\n\r\n",
+            false,
+        )
+        .expect("valid")
+        .expect("complete");
+        assert_eq!(h.headers.len(), 3, "all kept for the stripping to see");
     }
 
     #[test]
