@@ -247,6 +247,8 @@ enum Source {
     Replay(ReplayBody<ClientBody>),
     /// The client's body streams once; only an attempt that never took it can be retried.
     Once,
+    /// The client's body, read whole with its head: every attempt sends it again.
+    Whole(bytes::Bytes),
 }
 
 impl Source {
@@ -274,6 +276,9 @@ impl Source {
             return (Source::Once, body);
         }
         let client = match body {
+            ProxyBody::Full(Some(b)) => {
+                return (Source::Whole(b.clone()), ProxyBody::Full(Some(b)))
+            }
             ProxyBody::Incoming(b) => ClientBody::Plain(b),
             ProxyBody::Tee(t) => ClientBody::Teed(t),
             ProxyBody::Touched(t) => ClientBody::Touched(t),
@@ -297,6 +302,7 @@ impl Source {
                 .is_replayable()
                 .then(|| ProxyBody::Replay(seed.clone())),
             Source::Once => None,
+            Source::Whole(b) => Some(ProxyBody::Full(Some(b.clone()))),
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::{
     app::{ConnInfo, Shared},
     drain::Drain,
     error::rescue,
-    http::{headers::is_grpc, server},
+    http::{front, headers::is_grpc, server},
     metrics::{self as m, Direction},
     transport::{
         detect::{detect, Detection},
@@ -131,7 +131,7 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
                 Box::pin(server::serve_h2(io, &shared.server, drain, handler)).await
             } else {
-                server::serve_http1(io, &shared.server, drain, handler).await
+                front::serve(io, &shared.server, drain, handler).await
             }
         }
         Detection::Closed => {}
@@ -176,7 +176,7 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,
-    req: http::Request<hyper::body::Incoming>,
+    req: http::Request<crate::http::body::ProxyBody>,
 ) -> http::Response<crate::http::body::ProxyBody> {
     let start = Instant::now();
     let grpc = is_grpc(req.headers());

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use http::{request::Parts, Response};
-use hyper::body::Incoming;
 
 use crate::{
     addr::ClientAddr,
@@ -33,7 +32,7 @@ pub async fn route(
     snap: &Snapshot,
     set: &RouteSet,
     mut parts: Parts,
-    body: Incoming,
+    body: ProxyBody,
     default_ns: &str,
     client: ClientAddr,
 ) -> Routed {

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::{
     app::{ConnInfo, Shared},
@@ -17,7 +16,7 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
     let (mut parts, body) = req.into_parts();

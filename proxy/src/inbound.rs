@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::{
     addr::EndpointAddr,
@@ -20,7 +19,7 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
     let Some(dst) = conn.orig_dst else {
@@ -47,7 +46,7 @@ pub async fn request(
     // The local service's `policy.idleTimeout` (an unknown port gets none).
     let idle = svc.and_then(|s| resolve(None, s.policy.source.idle_timeout));
     crate::idle::for_upgrade(&mut parts, idle);
-    let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
+    let result = crate::idle::watch(idle, Some(&m), body, |body| {
         forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body)
     })
     .await;

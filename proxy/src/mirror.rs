@@ -17,7 +17,6 @@ use bytes::Bytes;
 use http::{header, request::Parts, Request, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::{sync::oneshot, time::Instant};
 
 use crate::{
@@ -75,10 +74,10 @@ pub fn start(
     route: usize,
     metrics: Option<&Arc<RouteMetrics>>,
     parts: &Parts,
-    body: Incoming,
+    body: ProxyBody,
 ) -> ProxyBody {
     if !mirrored {
-        return ProxyBody::Incoming(body);
+        return body;
     }
     let count = |r: MirrorResult| {
         if let Some(m) = metrics {
@@ -128,9 +127,19 @@ pub fn start(
         });
     }
     if txs.is_empty() {
-        ProxyBody::Incoming(body)
-    } else {
-        ProxyBody::Tee(Box::new(Tee::new(body, txs)))
+        return body;
+    }
+    match body {
+        ProxyBody::Incoming(b) => ProxyBody::Tee(Box::new(Tee::new(b, txs))),
+        // Read whole with its head: each mirror gets its copy now.
+        ProxyBody::Full(Some(b)) => {
+            for tx in txs {
+                let _ = tx.send(b.clone());
+            }
+            ProxyBody::Full(Some(b))
+        }
+        // Nothing else reaches here from a client; a mirror without its body is not sent.
+        other => other,
     }
 }
 

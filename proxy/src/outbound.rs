@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 
 use crate::{
     addr::{EndpointAddr, OrigDstAddr},
@@ -23,7 +22,7 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<Incoming>,
+    req: Request<ProxyBody>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let mut snap = shared.snapshot();
     let (mut parts, body) = req.into_parts();
@@ -49,7 +48,7 @@ pub async fn request(
         let proto = forward::same_as(parts.version);
         return (
             m,
-            forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body.into()).await,
+            forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
         );
     };
     if svc.routes.table.is_empty() {
@@ -68,7 +67,7 @@ pub async fn request(
         };
         let idle = crate::idle::timeout_for(&svc.default_route, svc);
         crate::idle::for_upgrade(&mut parts, idle);
-        let result = crate::idle::watch(idle, Some(&m), body.into(), |body| {
+        let result = crate::idle::watch(idle, Some(&m), body, |body| {
             forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body)
         })
         .await;

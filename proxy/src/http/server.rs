@@ -52,7 +52,7 @@ impl From<&Config> for ServerConfig {
 pub async fn serve_http1<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send + 'static,
-    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let (io, tap) = HeadGuard::new(io, cfg.max_header_bytes);
@@ -66,7 +66,7 @@ where
             let (h, tap) = (handler.clone(), tap.clone());
             let connect = req.method() == Method::CONNECT;
             async move {
-                let resp = h(req).await;
+                let resp = h(req.map(ProxyBody::Incoming)).await;
                 // The guard holds back everything after a CONNECT/Upgrade until it learns this.
                 tap.record(connect, resp.status());
                 Ok::<_, Infallible>(resp.map(|b| TrackedBody::new(b, guard)))
@@ -135,10 +135,11 @@ pub fn parks_total() -> u64 {
 }
 
 /// Counts parked connections while alive.
-struct Parked;
+pub(crate) struct Parked;
 
 impl Parked {
-    fn new() -> Self {
+    /// A connection was parked (its buffers freed).
+    pub(crate) fn new() -> Self {
         PARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::memory::released(1);
         metrics::gauge!(crate::metrics::PARKED).increment(1.0);
@@ -156,13 +157,13 @@ impl Drop for Parked {
 pub async fn serve_h2<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let handler = Arc::new(handler);
-    let svc = service_fn(move |req| {
+    let svc = service_fn(move |req: Request<Incoming>| {
         let h = handler.clone();
-        async move { Ok::<_, Infallible>(h(req).await) }
+        async move { Ok::<_, Infallible>(h(req.map(ProxyBody::Incoming)).await) }
     });
     let l = &cfg.h2;
     let mut b = conn::http2::Builder::new(TokioExecutor::new());
@@ -219,7 +220,7 @@ mod tests {
                 let (cfg, drain) = (cfg.clone(), drain.clone());
                 tokio::spawn(async move {
                     let io = Prefixed::new(bytes::BytesMut::new(), s);
-                    serve_http1(io, &cfg, drain, |req: Request<Incoming>| async move {
+                    serve_http1(io, &cfg, drain, |req: Request<ProxyBody>| async move {
                         Response::new(ProxyBody::full(req.uri().path().to_string()))
                     })
                     .await

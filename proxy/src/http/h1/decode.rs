@@ -125,8 +125,12 @@ pub fn final_head_arrived(buf: &mut BytesMut) -> bool {
     }
 }
 
-fn header_map(head: &Bytes, spans: &[(u32, u32, u32, u32)]) -> Result<HeaderMap, Error> {
-    let mut headers = HeaderMap::with_capacity(spans.len());
+/// The header map of the fields at `spans` (name offset and length, value offset and length)
+/// in `head`; the values share `head`.
+pub(crate) fn header_map(head: &Bytes, spans: &[(u32, u32, u32, u32)]) -> Result<HeaderMap, Error> {
+    // Room for the few fields the proxy adds (X-Forwarded-*, a filter's), so adding them does not
+    // regrow the map.
+    let mut headers = HeaderMap::with_capacity(spans.len() + 4);
     for &(n, nl, v, vl) in spans {
         let (n, nl, v, vl) = (n as usize, nl as usize, v as usize, vl as usize);
         let name = HeaderName::from_bytes(&head[n..n + nl])

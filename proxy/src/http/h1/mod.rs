@@ -5,7 +5,7 @@
 
 mod body;
 mod chunked;
-mod decode;
+pub(crate) mod decode;
 mod encode;
 #[cfg(test)]
 mod tests;

@@ -91,7 +91,7 @@ pub(super) struct Verdict {
 /// Line-level checks done as bytes arrive, so every byte is looked at once however the head is
 /// split across reads.
 #[derive(Debug, Default)]
-pub(super) struct HeadScan {
+pub(crate) struct HeadScan {
     pos: usize,
     line_start: usize,
     seen_request_line: bool,
@@ -99,7 +99,7 @@ pub(super) struct HeadScan {
 
 impl HeadScan {
     /// Examines `buf` past what earlier calls saw; `Ok(Some(end))` once `buf[..end]` is a head.
-    pub(super) fn feed(&mut self, buf: &[u8]) -> Result<Option<usize>, Reject> {
+    pub(crate) fn feed(&mut self, buf: &[u8]) -> Result<Option<usize>, Reject> {
         let mut i = self.pos;
         while i < buf.len() {
             // Inside a line, after anything but CR, a printable byte needs no look: skip those a

@@ -26,8 +26,9 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use body::{Body, Chunked};
+pub(crate) use head::HeadScan;
 pub use head::Reject;
-use head::{Framing, HeadScan, Verdict, MAX_HEADERS};
+use head::{Framing, Verdict, MAX_HEADERS};
 pub use switch_tap::SwitchTap;
 
 /// Counter of refused requests, by `reason` (`Reject::as_str`).
@@ -326,7 +327,8 @@ fn after_message(then_hold: bool, seq: u64) -> State {
     }
 }
 
-fn record(r: Reject) {
+/// Counts and logs a refused head.
+pub(crate) fn record(r: Reject) {
     metrics::counter!(REJECTED_HEADS, "reason" => r.as_str()).increment(1);
     tracing::debug!(reason = r.as_str(), "refused an HTTP/1 request");
 }

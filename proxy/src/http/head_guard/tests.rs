@@ -5,7 +5,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, DuplexStream};
 
@@ -51,7 +50,7 @@ const REFUSED: &[(&str, &[u8])] = &[
 ];
 
 /// Answers 200 with the request body, or switches protocols on `Upgrade: echo` and echoes.
-async fn handler(mut req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handler(mut req: Request<ProxyBody>) -> Response<ProxyBody> {
     let upgrade = req.headers().get(header::UPGRADE).cloned();
     if upgrade.as_ref().is_some_and(|u| u == "echo") {
         let on = hyper::upgrade::on(&mut req);

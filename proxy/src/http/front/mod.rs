@@ -1,0 +1,364 @@
+//! The downstream HTTP/1.1 fast path. Plain requests (no body, or a Content-Length body of at
+//! most 64 KiB; no upgrade, CONNECT or `Expect`) are read, handed to the request path and
+//! answered by this loop itself, in buffers the connection keeps. The first request that is
+//! anything else, or that the head guard would refuse, hands the connection, with every byte
+//! already read, to hyper behind the guard (`server::serve_http1`) for the rest of its life, so
+//! refusals and the rarer protocol features behave exactly as before.
+//!
+//! hyper's server cost about a third of the proxy's instructions per request (its dispatcher,
+//! buffers reallocated per request, the guard's second look at every head).
+
+mod request;
+mod response;
+#[cfg(test)]
+mod tests;
+
+use std::{future::poll_fn, future::Future, io, pin::Pin, time::Duration};
+
+use bytes::{Buf, BytesMut};
+use http::{Method, Request, Response};
+use http_body::Body;
+use tokio::{
+    io::AsyncWriteExt,
+    net::TcpStream,
+    time::{Instant, Sleep},
+};
+
+use super::{
+    body::ProxyBody,
+    head_guard::{self, HeadScan, Reject},
+    server::{self, Parked, ServerConfig},
+};
+use crate::{drain::Drain, transport::prefixed::Prefixed};
+use request::Plan;
+use response::Framing;
+
+/// Reads never go below this much free buffer space...
+const MIN_READ: usize = 2 * 1024;
+/// ...and grow the buffer by this much; heads are split off it without copying.
+const READ_SIZE: usize = 8 * 1024;
+/// A body at most this long goes out in the same write as its head.
+const INLINE_BODY: usize = 16 * 1024;
+
+/// What the client sent next.
+// Returned once per request and moved straight on; boxing the request would be an allocation
+// per request to save a copy of ~300 bytes.
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    Request(Plan, Request<ProxyBody>),
+    /// Not for the fast path: hyper takes over.
+    Hyper,
+    /// The client left, stayed idle, was too slow, or the proxy is draining.
+    Close,
+}
+
+/// One downstream connection on the fast path; `Fut` is the request path's future.
+struct Front<Fut> {
+    io: TcpStream,
+    rbuf: BytesMut,
+    wbuf: Vec<u8>,
+    /// Where each request's future runs: allocated once, not per request, and freed with the
+    /// buffers when the connection parks.
+    slot: Option<Pin<Box<Option<Fut>>>>,
+    /// Fires to park an idle connection, then to close it; reset only when it fires.
+    quiet: Pin<Box<Sleep>>,
+    parked: Option<Parked>,
+}
+
+/// Serves HTTP/1.1 on `io` (its prefix holds the bytes protocol detection read) until the client
+/// leaves, idles out, or shutdown drains it, or until a request needs hyper.
+pub async fn serve<F, Fut>(
+    io: Prefixed<TcpStream>,
+    cfg: &ServerConfig,
+    mut drain: Drain,
+    handler: F,
+) where
+    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+{
+    let (rbuf, io) = io.into_parts();
+    let mut c = Front {
+        io,
+        rbuf,
+        wbuf: Vec::new(),
+        slot: None,
+        quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
+        parked: None,
+    };
+    loop {
+        let (plan, req) = match c.next(cfg, &mut drain).await {
+            Next::Request(plan, req) => (plan, req),
+            Next::Hyper => break,
+            Next::Close => return,
+        };
+        let method = req.method().clone();
+        // Off the task: the request path's future is kilobytes; an idle connection should not
+        // carry it.
+        let slot = c.slot.get_or_insert_with(|| Box::pin(None));
+        slot.set(Some(handler(req)));
+        let resp = poll_fn(|cx| match slot.as_mut().as_pin_mut() {
+            Some(f) => f.poll(cx),
+            None => unreachable!("set just above"),
+        })
+        .await;
+        slot.set(None);
+        let close = plan.close || drain.is_draining();
+        match c.respond(resp, &method, plan.trailers, close).await {
+            Ok(false) => {}
+            Ok(true) | Err(_) => {
+                let _ = c.io.shutdown().await;
+                return;
+            }
+        }
+    }
+    let io = Prefixed::new(c.rbuf, c.io);
+    Box::pin(server::serve_http1(io, cfg, drain, handler)).await;
+}
+
+/// The body's first frame if it is ready without waiting.
+fn ready_frame(
+    body: &mut ProxyBody,
+) -> Option<Result<http_body::Frame<bytes::Bytes>, super::body::BodyError>> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match Pin::new(body).poll_frame(&mut cx) {
+        std::task::Poll::Ready(Some(f)) => Some(f),
+        _ => None,
+    }
+}
+
+impl<Fut> Front<Fut> {
+    /// Waits for the next request: a whole head (and its short body), or a reason to stop.
+    async fn next(&mut self, cfg: &ServerConfig, drain: &mut Drain) -> Next {
+        let mut scan = HeadScan::default();
+        // The header-read timeout (slowloris): armed once a head has begun and is incomplete.
+        let mut deadline: Option<Pin<Box<Sleep>>> = None;
+        loop {
+            if self.rbuf.is_empty() {
+                if !self.idle(cfg, drain).await {
+                    return Next::Close;
+                }
+            } else {
+                let window = self.rbuf.len().min(cfg.max_header_bytes);
+                match scan.feed(&self.rbuf[..window]) {
+                    Ok(Some(end)) => return self.take(end, cfg, deadline).await,
+                    Ok(None) if self.rbuf.len() < cfg.max_header_bytes => {}
+                    // Too large or malformed: the guard answers it (431 or 400).
+                    Ok(None) | Err(_) => return Next::Hyper,
+                }
+                if !self
+                    .readable_by(&mut deadline, cfg.header_read_timeout)
+                    .await
+                {
+                    return Next::Close;
+                }
+            }
+            match self.read() {
+                Ok(0) => return Next::Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return Next::Close,
+            }
+        }
+    }
+
+    /// The head is `rbuf[..end]`: the request, once its body is in, or hyper's turn.
+    async fn take(
+        &mut self,
+        end: usize,
+        cfg: &ServerConfig,
+        mut deadline: Option<Pin<Box<Sleep>>>,
+    ) -> Next {
+        let head = self.rbuf.split_to(end).freeze();
+        let Some((plan, mut req)) = request::read(&head) else {
+            // Put the head back in front of what follows it, for the guard to read.
+            let mut all = BytesMut::with_capacity(head.len() + self.rbuf.len());
+            all.extend_from_slice(&head);
+            all.extend_from_slice(&self.rbuf);
+            self.rbuf = all;
+            return Next::Hyper;
+        };
+        drop(head);
+        // plan.body <= MAX_WHOLE_BODY, a usize.
+        let want = plan.body as usize;
+        while self.rbuf.len() < want {
+            if !self
+                .readable_by(&mut deadline, cfg.header_read_timeout)
+                .await
+            {
+                return Next::Close;
+            }
+            match self.read() {
+                Ok(0) => return Next::Close,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        if want > 0 {
+            *req.body_mut() = ProxyBody::Full(Some(self.rbuf.split_to(want).freeze()));
+        }
+        Next::Request(plan, req)
+    }
+
+    /// Waits for the socket to turn readable before `deadline` (armed now if it is not yet);
+    /// `false` once it passed.
+    async fn readable_by(&mut self, deadline: &mut Option<Pin<Box<Sleep>>>, t: Duration) -> bool {
+        let d = deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
+        tokio::select! {
+            r = self.io.readable() => r.is_ok(),
+            () = d.as_mut() => {
+                head_guard::record(Reject::HeadTimeout);
+                false
+            }
+        }
+    }
+
+    /// Between requests: waits for the next byte, parking the connection (buffers freed) once it
+    /// has been quiet for `park_after`; `false` when it should close.
+    async fn idle(&mut self, cfg: &ServerConfig, drain: &mut Drain) -> bool {
+        let since = Instant::now();
+        loop {
+            tokio::select! {
+                biased;
+                r = self.io.readable() => {
+                    self.parked = None;
+                    return r.is_ok();
+                }
+                () = drain.signaled() => return false,
+                () = self.quiet.as_mut() => {
+                    let quiet = since.elapsed();
+                    if quiet >= cfg.idle_timeout {
+                        return false;
+                    }
+                    if self.parked.is_none() && quiet >= cfg.park_after {
+                        self.rbuf = BytesMut::new();
+                        self.wbuf = Vec::new();
+                        self.slot = None;
+                        self.parked = Some(Parked::new());
+                    }
+                    let next = if self.parked.is_some() {
+                        since + cfg.idle_timeout
+                    } else {
+                        since + cfg.park_after
+                    };
+                    self.quiet.as_mut().reset(next);
+                }
+            }
+        }
+    }
+
+    fn read(&mut self) -> io::Result<usize> {
+        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
+            self.rbuf.reserve(READ_SIZE);
+        }
+        self.io.try_read_buf(&mut self.rbuf)
+    }
+
+    /// Writes the response; `Ok(true)` if the connection must close after it.
+    async fn respond(
+        &mut self,
+        resp: Response<ProxyBody>,
+        method: &Method,
+        trailers_ok: bool,
+        close: bool,
+    ) -> io::Result<bool> {
+        let (parts, mut body) = resp.into_parts();
+        let close = close || response::says_close(&parts);
+        self.wbuf.clear();
+        let framing = response::head(
+            &parts,
+            method,
+            body.size_hint().exact(),
+            close,
+            &mut self.wbuf,
+        );
+        drop(parts);
+        if let Framing::Length(n) = framing {
+            // A small body that is already here (most are, whatever wraps them) goes out in the
+            // head's write: one system call per response.
+            if n <= INLINE_BODY as u64 {
+                if let Some(first) = ready_frame(&mut body) {
+                    let data = first
+                        .map_err(|e| io::Error::other(e.to_string()))?
+                        .into_data()
+                        .unwrap_or_default();
+                    let rest = n.checked_sub(data.len() as u64).ok_or_else(|| {
+                        io::Error::new(io::ErrorKind::InvalidData, "body longer than its length")
+                    })?;
+                    self.wbuf.extend_from_slice(&data);
+                    self.io.write_all(&self.wbuf).await?;
+                    if rest > 0 {
+                        self.stream(&mut body, Some(rest), false).await?;
+                    }
+                    return Ok(close);
+                }
+            }
+        }
+        self.io.write_all(&self.wbuf).await?;
+        match framing {
+            Framing::None => {}
+            Framing::Length(n) => self.stream(&mut body, Some(n), false).await?,
+            Framing::Chunked => self.stream(&mut body, None, trailers_ok).await?,
+        }
+        Ok(close)
+    }
+
+    /// Streams `body` raw (`length`) or chunked; a body that fails or breaks its length closes
+    /// the connection, as with hyper.
+    async fn stream(
+        &mut self,
+        body: &mut ProxyBody,
+        length: Option<u64>,
+        trailers_ok: bool,
+    ) -> io::Result<()> {
+        let broken = |what: &'static str| io::Error::new(io::ErrorKind::InvalidData, what);
+        let mut left = length;
+        let mut trailers = None;
+        while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
+            let frame = frame.map_err(|e| io::Error::other(e.to_string()))?;
+            let data = match frame.into_data() {
+                Ok(d) => d,
+                Err(f) => {
+                    trailers = f.into_trailers().ok();
+                    continue;
+                }
+            };
+            if data.is_empty() {
+                continue;
+            }
+            match &mut left {
+                Some(n) => {
+                    *n = n
+                        .checked_sub(data.len() as u64)
+                        .ok_or_else(|| broken("response body longer than its length"))?;
+                    self.io.write_all(&data).await?;
+                }
+                None => {
+                    self.wbuf.clear();
+                    self.wbuf
+                        .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                    let mut out = Buf::chain(Buf::chain(&self.wbuf[..], data), &b"\r\n"[..]);
+                    self.io.write_all_buf(&mut out).await?;
+                }
+            }
+        }
+        match left {
+            Some(0) => Ok(()),
+            Some(_) => Err(broken("response body shorter than its length")),
+            None => {
+                self.wbuf.clear();
+                self.wbuf.extend_from_slice(b"0\r\n");
+                if let Some(t) = trailers.filter(|_| trailers_ok) {
+                    for (name, value) in &t {
+                        self.wbuf.extend_from_slice(name.as_str().as_bytes());
+                        self.wbuf.extend_from_slice(b": ");
+                        self.wbuf.extend_from_slice(value.as_bytes());
+                        self.wbuf.extend_from_slice(b"\r\n");
+                    }
+                }
+                self.wbuf.extend_from_slice(b"\r\n");
+                self.io.write_all(&self.wbuf).await
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Reads a plain HTTP/1.1 request head for the fast path, or says it is not one: anything the head
+//! guard would refuse, or that needs hyper (an upgrade, CONNECT, `Expect`, a chunked or large
+//! body, HTTP/1.0), goes to hyper behind the guard, which answers it exactly as before.
+
+use std::mem::MaybeUninit;
+
+use bytes::Bytes;
+use http::{Method, Request, Uri, Version};
+
+use crate::http::{body::ProxyBody, h1::decode::header_map};
+
+/// Most header fields in a head (the head guard's and hyper's limit).
+const MAX_HEADERS: usize = 100;
+/// Largest body the fast path reads whole before handing the request on.
+pub const MAX_WHOLE_BODY: u64 = 64 * 1024;
+
+/// What a complete head (already through `HeadScan`) asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Body bytes after the head.
+    pub body: u64,
+    /// The client sent `Connection: close`.
+    pub close: bool,
+    /// The client accepts trailers (`TE: trailers`).
+    pub trailers: bool,
+}
+
+/// The request in `head` (a whole head that passed the line checks, frozen off the connection's
+/// buffer: the header values share it) with an empty body, if the fast path serves it; `None`
+/// sends it to hyper, which also answers what hyper refuses and the line checks let through (a
+/// target that is not a URI, a method that is not a token).
+pub fn read(head: &Bytes) -> Option<(Plan, Request<ProxyBody>)> {
+    let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(head, &mut slots) {
+        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
+        _ => return None,
+    }
+    if req.version != Some(1) || req.method == Some("CONNECT") {
+        return None;
+    }
+    let plan = plan(req.headers)?;
+    let method = Method::from_bytes(req.method?.as_bytes()).ok()?;
+    let base = head.as_ptr() as usize;
+    let target = req.path?;
+    let at = target.as_ptr() as usize - base;
+    let uri = Uri::from_maybe_shared(head.slice(at..at + target.len())).ok()?;
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+    let n = req.headers.len();
+    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
+        // The head guard's size limit bounds every offset well within u32.
+        *span = (
+            (h.name.as_ptr() as usize - base) as u32,
+            h.name.len() as u32,
+            (h.value.as_ptr() as usize - base) as u32,
+            h.value.len() as u32,
+        );
+    }
+    let headers = header_map(head, &spans[..n]).ok()?;
+    let mut out = Request::new(ProxyBody::Empty);
+    *out.method_mut() = method;
+    *out.uri_mut() = uri;
+    *out.version_mut() = Version::HTTP_11;
+    *out.headers_mut() = headers;
+    Some((plan, out))
+}
+
+/// What the fields ask for, if the fast path can serve it.
+fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
+    let mut plan = Plan {
+        body: 0,
+        close: false,
+        trailers: false,
+    };
+    let (mut length, mut hosts) = (None, 0u32);
+    for h in fields {
+        let (name, value) = (h.name.as_bytes(), h.value.trim_ascii());
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => hosts += 1,
+            2 if name.eq_ignore_ascii_case(b"te") => {
+                plan.trailers = value
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+            }
+            6 if name.eq_ignore_ascii_case(b"expect") => return None,
+            7 if name.eq_ignore_ascii_case(b"upgrade") => return None,
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for t in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        plan.close = true;
+                    } else if t.eq_ignore_ascii_case(b"upgrade") {
+                        return None;
+                    }
+                }
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if length.is_some()
+                    || value.is_empty()
+                    || value.len() > 19
+                    || !value.iter().all(u8::is_ascii_digit)
+                {
+                    return None;
+                }
+                length = Some(
+                    value
+                        .iter()
+                        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
+                );
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return None,
+            _ => {}
+        }
+    }
+    if hosts != 1 {
+        return None;
+    }
+    plan.body = length.unwrap_or(0);
+    (plan.body <= MAX_WHOLE_BODY).then_some(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_of(head: &'static [u8]) -> Option<Plan> {
+        read(&Bytes::from_static(head)).map(|(p, _)| p)
+    }
+
+    #[test]
+    fn plain_requests_are_planned() {
+        let p = plan_of(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n").expect("plain");
+        assert_eq!((p.body, p.close, p.trailers), (0, false, false));
+        let p = plan_of(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\nConnection: keep-alive, close\r\nTE: trailers\r\n\r\n")
+            .expect("plain");
+        assert_eq!((p.body, p.close, p.trailers), (12, true, true));
+    }
+
+    #[test]
+    fn anything_else_goes_to_hyper() {
+        for head in [
+            &b"GET / HTTP/1.0\r\nHost: x\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
+            b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\n",
+            b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",
+        ] {
+            assert!(
+                read(&Bytes::from_static(head)).is_none(),
+                "{:?}",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
+
+    #[test]
+    fn builds_the_request_sharing_the_head() {
+        let head =
+            Bytes::from_static(b"PUT /p?q=1 HTTP/1.1\r\nHost: svc\r\nX-A: 1\r\nx-a: 2\r\n\r\n");
+        let (_, req) = read(&head).expect("valid");
+        assert_eq!(req.method(), Method::PUT);
+        assert_eq!(req.uri(), "/p?q=1");
+        assert_eq!(req.version(), Version::HTTP_11);
+        assert_eq!(req.headers()["host"], "svc");
+        assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
+    }
+}

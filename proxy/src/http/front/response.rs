@@ -1,0 +1,198 @@
+//! Writes a response on the fast path the way hyper's server frames it: status line, the fields,
+//! `date` when missing, `content-length` when the body's size is known, else chunked.
+
+use std::{
+    cell::RefCell,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use http::{header, response::Parts, Method, StatusCode};
+
+/// How the body follows the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body is written (HEAD, 204, 304).
+    None,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked, with trailers if the client accepts them.
+    Chunked,
+}
+
+/// Appends the head of a response to `method` to `out`; `exact` is the body's exact size if
+/// known. `close` adds `connection: close`.
+pub fn head(
+    parts: &Parts,
+    method: &Method,
+    exact: Option<u64>,
+    close: bool,
+    out: &mut Vec<u8>,
+) -> Framing {
+    let status = parts.status;
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut length = None;
+    for (name, value) in &parts.headers {
+        if name == header::TRANSFER_ENCODING || name == header::CONNECTION {
+            continue; // framing and persistence are ours to choose
+        }
+        if name == header::CONTENT_LENGTH {
+            length = value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            if length.is_none() {
+                continue; // not a length: hyper would not have sent it either
+            }
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        out.extend_from_slice(b"date: ");
+        http_date(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    let bodiless = status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let framing = if bodiless {
+        Framing::None
+    } else if let Some(n) = length {
+        if method == Method::HEAD {
+            Framing::None
+        } else {
+            Framing::Length(n)
+        }
+    } else if method == Method::HEAD {
+        // The body of a HEAD response is empty by definition, not a length to announce.
+        Framing::None
+    } else if let Some(n) = exact {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(n.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+        Framing::Length(n)
+    } else {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        Framing::Chunked
+    };
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    framing
+}
+
+/// Whether the response asks for the connection to close.
+pub fn says_close(parts: &Parts) -> bool {
+    parts.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    })
+}
+
+thread_local! {
+    /// The second last formatted and its IMF-fixdate (hyper caches it the same way).
+    static DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((0, [0; 29])) };
+}
+
+/// Appends the current time as an HTTP date.
+fn http_date(out: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    DATE.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.0 != secs {
+            let s = httpdate::fmt_http_date(now);
+            if s.len() == 29 {
+                d.1.copy_from_slice(s.as_bytes());
+                d.0 = secs;
+            }
+        }
+        out.extend_from_slice(&d.1);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Response;
+
+    use super::*;
+
+    fn encode(
+        resp: Response<()>,
+        method: Method,
+        exact: Option<u64>,
+        close: bool,
+    ) -> (String, Framing) {
+        let (parts, ()) = resp.into_parts();
+        let mut out = Vec::new();
+        let f = head(&parts, &method, exact, close, &mut out);
+        (String::from_utf8(out).expect("ascii"), f)
+    }
+
+    fn without_date(s: &str) -> String {
+        s.lines()
+            .filter(|l| !l.starts_with("date: "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_known_size_gets_a_content_length_and_a_date() {
+        let resp = Response::builder()
+            .header("x-a", "1")
+            .body(())
+            .expect("response");
+        let (s, f) = encode(resp, Method::GET, Some(2), false);
+        assert_eq!(f, Framing::Length(2));
+        assert!(s.starts_with("HTTP/1.1 200 OK\r\nx-a: 1\r\ndate: "), "{s}");
+        assert!(s.ends_with(" GMT\r\ncontent-length: 2\r\n\r\n"), "{s}");
+    }
+
+    #[test]
+    fn an_upstream_length_is_kept_and_an_unknown_size_is_chunked() {
+        let resp = Response::builder()
+            .header("content-length", "10")
+            .header("transfer-encoding", "chunked")
+            .body(())
+            .expect("response");
+        let (s, f) = encode(resp, Method::GET, None, true);
+        assert_eq!(f, Framing::Length(10));
+        assert_eq!(
+            without_date(&s),
+            "HTTP/1.1 200 OK\ncontent-length: 10\nconnection: close\n"
+        );
+        let resp = Response::builder().status(404).body(()).expect("response");
+        let (s, f) = encode(resp, Method::POST, None, false);
+        assert_eq!(f, Framing::Chunked);
+        assert_eq!(
+            without_date(&s),
+            "HTTP/1.1 404 Not Found\ntransfer-encoding: chunked\n"
+        );
+    }
+
+    #[test]
+    fn head_and_bodiless_statuses_write_no_body() {
+        let resp = Response::builder().body(()).expect("response");
+        let (s, f) = encode(resp, Method::HEAD, Some(0), false);
+        assert_eq!(f, Framing::None);
+        assert!(!s.contains("content-length"), "{s}");
+        let resp = Response::builder().status(204).body(()).expect("response");
+        assert_eq!(encode(resp, Method::GET, Some(0), false).1, Framing::None);
+        let resp = Response::builder()
+            .status(304)
+            .header("date", "x")
+            .body(())
+            .expect("response");
+        let (s, f) = encode(resp, Method::GET, None, false);
+        assert_eq!(f, Framing::None);
+        assert_eq!(s, "HTTP/1.1 304 Not Modified\r\ndate: x\r\n\r\n");
+    }
+}
