@@ -152,11 +152,8 @@ impl<Fut> Front<Fut> {
                     return Next::Close;
                 }
             }
-            match self.read() {
-                Ok(0) => return Next::Close,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return Next::Close,
+            if !self.read() {
+                return Next::Close;
             }
         }
     }
@@ -187,11 +184,8 @@ impl<Fut> Front<Fut> {
             {
                 return Next::Close;
             }
-            match self.read() {
-                Ok(0) => return Next::Close,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return Next::Close,
+            if !self.read() {
+                return Next::Close;
             }
         }
         if want > 0 {
@@ -247,11 +241,16 @@ impl<Fut> Front<Fut> {
         }
     }
 
-    fn read(&mut self) -> io::Result<usize> {
+    /// Reads what the socket has; `false` when the client left or the socket failed (a read
+    /// that would block is fine: the caller waits for readiness again).
+    fn read(&mut self) -> bool {
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
             self.rbuf.reserve(READ_SIZE);
         }
-        self.io.try_read_buf(&mut self.rbuf)
+        match self.io.try_read_buf(&mut self.rbuf) {
+            Ok(n) => n > 0,
+            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
+        }
     }
 
     /// Writes the response; `Ok(true)` if the connection must close after it.
