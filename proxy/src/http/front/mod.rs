@@ -15,7 +15,7 @@ mod tests;
 
 use std::{future::poll_fn, future::Future, io, pin::Pin, time::Duration};
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use http::{Method, Request, Response};
 use http_body::Body;
 use tokio::{
@@ -26,6 +26,7 @@ use tokio::{
 
 use super::{
     body::ProxyBody,
+    h1::write::{BodyWriter, WriteError},
     head_guard::{self, HeadScan, Reject},
     server::{self, Parked, ServerConfig},
 };
@@ -113,6 +114,20 @@ pub async fn serve<F, Fut>(
     }
     let io = Prefixed::new(c.rbuf, c.io);
     Box::pin(server::serve_http1(io, cfg, drain, handler)).await;
+}
+
+fn write_failed(e: WriteError) -> io::Error {
+    match e {
+        WriteError::Io(e) => e,
+        WriteError::Longer => io::Error::new(
+            io::ErrorKind::InvalidData,
+            "response body longer than its length",
+        ),
+        WriteError::Shorter => io::Error::new(
+            io::ErrorKind::InvalidData,
+            "response body shorter than its length",
+        ),
+    }
 }
 
 /// The body's first frame if it is ready without waiting.
@@ -310,54 +325,22 @@ impl<Fut> Front<Fut> {
         length: Option<u64>,
         trailers_ok: bool,
     ) -> io::Result<()> {
-        let broken = |what: &'static str| io::Error::new(io::ErrorKind::InvalidData, what);
-        let mut left = length;
+        let mut writer = BodyWriter::new(length);
         let mut trailers = None;
         while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
             let frame = frame.map_err(|e| io::Error::other(e.to_string()))?;
-            let data = match frame.into_data() {
-                Ok(d) => d,
+            match frame.into_data() {
+                Ok(data) => writer.data(&mut self.io, &mut self.wbuf, data).await,
                 Err(f) => {
-                    trailers = f.into_trailers().ok();
-                    continue;
-                }
-            };
-            if data.is_empty() {
-                continue;
-            }
-            match &mut left {
-                Some(n) => {
-                    *n = n
-                        .checked_sub(data.len() as u64)
-                        .ok_or_else(|| broken("response body longer than its length"))?;
-                    self.io.write_all(&data).await?;
-                }
-                None => {
-                    self.wbuf.clear();
-                    self.wbuf
-                        .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                    let mut out = Buf::chain(Buf::chain(&self.wbuf[..], data), &b"\r\n"[..]);
-                    self.io.write_all_buf(&mut out).await?;
+                    trailers = f.into_trailers().ok().filter(|_| trailers_ok);
+                    Ok(())
                 }
             }
+            .map_err(write_failed)?;
         }
-        match left {
-            Some(0) => Ok(()),
-            Some(_) => Err(broken("response body shorter than its length")),
-            None => {
-                self.wbuf.clear();
-                self.wbuf.extend_from_slice(b"0\r\n");
-                if let Some(t) = trailers.filter(|_| trailers_ok) {
-                    for (name, value) in &t {
-                        self.wbuf.extend_from_slice(name.as_str().as_bytes());
-                        self.wbuf.extend_from_slice(b": ");
-                        self.wbuf.extend_from_slice(value.as_bytes());
-                        self.wbuf.extend_from_slice(b"\r\n");
-                    }
-                }
-                self.wbuf.extend_from_slice(b"\r\n");
-                self.io.write_all(&self.wbuf).await
-            }
-        }
+        writer
+            .finish(&mut self.io, &mut self.wbuf, trailers.as_ref())
+            .await
+            .map_err(write_failed)
     }
 }

@@ -7,7 +7,10 @@ use std::mem::MaybeUninit;
 use bytes::Bytes;
 use http::{Method, Request, Uri, Version};
 
-use crate::http::{body::ProxyBody, h1::decode::header_map};
+use crate::http::{
+    body::ProxyBody,
+    h1::decode::{header_map, span},
+};
 
 /// Most header fields in a head (the head guard's and hyper's limit).
 const MAX_HEADERS: usize = 100;
@@ -47,14 +50,8 @@ pub fn read(head: &Bytes) -> Option<(Plan, Request<ProxyBody>)> {
     let uri = Uri::from_maybe_shared(head.slice(at..at + target.len())).ok()?;
     let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
     let n = req.headers.len();
-    for (span, h) in spans.iter_mut().zip(req.headers.iter()) {
-        // The head guard's size limit bounds every offset well within u32.
-        *span = (
-            (h.name.as_ptr() as usize - base) as u32,
-            h.name.len() as u32,
-            (h.value.as_ptr() as usize - base) as u32,
-            h.value.len() as u32,
-        );
+    for (slot, h) in spans.iter_mut().zip(req.headers.iter()) {
+        *slot = span(base, h);
     }
     let headers = header_map(head, &spans[..n]).ok()?;
     let mut out = Request::new(ProxyBody::Empty);

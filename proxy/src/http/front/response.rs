@@ -8,6 +8,8 @@ use std::{
 
 use http::{header, response::Parts, Method, StatusCode};
 
+use crate::http::h1::encode;
+
 /// How the body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -73,9 +75,7 @@ pub fn head(
         // The body of a HEAD response is empty by definition, not a length to announce.
         Framing::None
     } else if let Some(n) = exact {
-        out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(n.to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
+        encode::content_length_line(n, out);
         Framing::Length(n)
     } else {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");

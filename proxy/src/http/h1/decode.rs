@@ -87,13 +87,7 @@ pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, 
             if !facts.names_others && is_hop_by_hop(h.name.as_bytes()) {
                 continue;
             }
-            // MAX_HEAD bounds every offset well within u32.
-            spans[n] = (
-                (h.name.as_ptr() as usize - base) as u32,
-                h.name.len() as u32,
-                (h.value.as_ptr() as usize - base) as u32,
-                h.value.len() as u32,
-            );
+            spans[n] = span(base, h);
             n += 1;
         }
         let head = buf.split_to(len).freeze();
@@ -123,6 +117,17 @@ pub fn final_head_arrived(buf: &mut BytesMut) -> bool {
             Err(_) => return true,
         }
     }
+}
+
+/// Where a parsed field sits in the head starting at `base`: name offset and length, value
+/// offset and length. Heads are capped at 64 KiB, well within u32.
+pub(crate) fn span(base: usize, h: &httparse::Header<'_>) -> (u32, u32, u32, u32) {
+    (
+        (h.name.as_ptr() as usize - base) as u32,
+        h.name.len() as u32,
+        (h.value.as_ptr() as usize - base) as u32,
+        h.value.len() as u32,
+    )
 }
 
 /// The header map of the fields at `spans` (name offset and length, value offset and length)

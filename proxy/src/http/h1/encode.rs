@@ -29,9 +29,7 @@ pub fn head(parts: &Parts, empty: bool, exact: Option<u64>, out: &mut Vec<u8>) -
         Framing::Done
     } else if let Some(n) = declared_length(&parts.headers).or(exact) {
         if !parts.headers.contains_key(header::CONTENT_LENGTH) {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(itoa(n, &mut [0u8; 20]));
-            out.extend_from_slice(b"\r\n");
+            content_length_line(n, out);
         }
         Framing::Length(n)
     } else if matches!(parts.method, Method::GET | Method::HEAD | Method::CONNECT) {
@@ -57,6 +55,13 @@ fn headers(h: &HeaderMap, out: &mut Vec<u8>) {
 /// The `Content-Length` the request carries (hyper's server checked it is one valid number).
 fn declared_length(h: &HeaderMap) -> Option<u64> {
     h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// `content-length: n` and its line end.
+pub fn content_length_line(n: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa(n, &mut [0u8; 20]));
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The chunk-size line of a chunk of `n` bytes.

@@ -6,9 +6,10 @@
 mod body;
 mod chunked;
 pub(crate) mod decode;
-mod encode;
+pub(crate) mod encode;
 #[cfg(test)]
 mod tests;
+pub(crate) mod write;
 
 use std::{
     future::poll_fn,
@@ -18,7 +19,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderMap, Method, Request, Response};
 use http_body::Body;
 use tokio::{
@@ -29,6 +30,7 @@ use tokio::{
 pub use body::ResponseBody;
 use decode::{BodyFraming, Head};
 use encode::Framing;
+use write::{BodyWriter, WriteError};
 
 use super::body::{BodyError, ProxyBody};
 
@@ -231,10 +233,10 @@ async fn send_streaming(
     framing: Framing,
 ) -> Result<bool, Error> {
     conn.io.write_all(&conn.wbuf).await?;
-    let mut left = match framing {
+    let mut writer = BodyWriter::new(match framing {
         Framing::Length(n) => Some(n),
         _ => None,
-    };
+    });
     let mut trailers: Option<HeaderMap> = None;
     loop {
         let frame = tokio::select! {
@@ -256,45 +258,32 @@ async fn send_streaming(
             Some(Err(e)) => return Err(Error::RequestBody(Box::new(e))),
             Some(Ok(f)) => f,
         };
-        let data = match frame.into_data() {
-            Ok(d) => d,
+        match frame.into_data() {
+            Ok(data) => writer.data(&mut conn.io, &mut conn.wbuf, data).await,
             Err(f) => {
                 trailers = f.into_trailers().ok();
-                continue;
-            }
-        };
-        if data.is_empty() {
-            continue;
-        }
-        match &mut left {
-            Some(n) => {
-                *n = n
-                    .checked_sub(data.len() as u64)
-                    .ok_or(Error::RequestBody(Box::new(BodyError::Length(
-                        "longer than its Content-Length",
-                    ))))?;
-                conn.io.write_all(&data).await?;
-            }
-            None => {
-                encode::chunk_size_line(data.len(), &mut conn.wbuf);
-                let mut out = Buf::chain(Buf::chain(&conn.wbuf[..], data), &b"\r\n"[..]);
-                conn.io.write_all_buf(&mut out).await?;
+                Ok(())
             }
         }
+        .map_err(body_write_failed)?;
     }
-    match left {
-        Some(0) => {}
-        Some(_) => {
-            return Err(Error::RequestBody(Box::new(BodyError::Length(
-                "shorter than its Content-Length",
-            ))))
-        }
-        None => {
-            encode::last_chunk(trailers.as_ref(), &mut conn.wbuf);
-            conn.io.write_all(&conn.wbuf).await?;
-        }
-    }
+    writer
+        .finish(&mut conn.io, &mut conn.wbuf, trailers.as_ref())
+        .await
+        .map_err(body_write_failed)?;
     Ok(true)
+}
+
+fn body_write_failed(e: WriteError) -> Error {
+    match e {
+        WriteError::Io(e) => Error::Io(e),
+        WriteError::Longer => Error::RequestBody(Box::new(BodyError::Length(
+            "longer than its Content-Length",
+        ))),
+        WriteError::Shorter => Error::RequestBody(Box::new(BodyError::Length(
+            "shorter than its Content-Length",
+        ))),
+    }
 }
 
 async fn read_head(conn: &mut Conn, head_request: bool) -> Result<Head, Error> {
