@@ -13,7 +13,7 @@ mod response;
 #[cfg(test)]
 mod tests;
 
-use std::{future::poll_fn, future::Future, io, pin::Pin, time::Duration};
+use std::{future::poll_fn, future::Future, io, pin::Pin, task::Poll, time::Duration};
 
 use bytes::BytesMut;
 use http::{Method, Request, Response};
@@ -167,7 +167,7 @@ impl<Fut> Front<Fut> {
                     return Next::Close;
                 }
             }
-            if !self.read() {
+            if !self.read().await {
                 return Next::Close;
             }
         }
@@ -199,7 +199,7 @@ impl<Fut> Front<Fut> {
             {
                 return Next::Close;
             }
-            if !self.read() {
+            if !self.read().await {
                 return Next::Close;
             }
         }
@@ -258,14 +258,24 @@ impl<Fut> Front<Fut> {
 
     /// Reads what the socket has; `false` when the client left or the socket failed (a read
     /// that would block is fine: the caller waits for readiness again).
-    fn read(&mut self) -> bool {
+    ///
+    /// Polled once rather than `try_read`: tokio's `poll_read` takes a short read as proof the
+    /// socket is drained and clears its readiness, so the wait for the next request does not
+    /// begin with a read that can only fail (one `recvfrom` per request, ~0.9 measured).
+    async fn read(&mut self) -> bool {
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
             self.rbuf.reserve(READ_SIZE);
         }
-        match self.io.try_read_buf(&mut self.rbuf) {
-            Ok(n) => n > 0,
-            Err(e) => e.kind() == io::ErrorKind::WouldBlock,
-        }
+        poll_fn(|cx| {
+            Poll::Ready(
+                match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.rbuf) {
+                    Poll::Ready(Ok(n)) => n > 0,
+                    Poll::Ready(Err(_)) => false,
+                    Poll::Pending => true,
+                },
+            )
+        })
+        .await
     }
 
     /// Writes the response; `Ok(true)` if the connection must close after it.
