@@ -57,7 +57,8 @@ pub async fn run(
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let grpc = grpc::is_grpc(&parts.headers);
-    let deadline = request_deadline(route, svc, &parts.headers, Instant::now());
+    let start = Instant::now();
+    let deadline = request_deadline(route, svc, &parts.headers, start);
     let rule = &route.retry;
     let budget = &svc.policy.budget;
     budget.deposit();
@@ -69,7 +70,12 @@ pub async fn run(
     let mut retries_done = 0;
     let mut last: Option<EndpointAddr> = None;
     loop {
-        let now = Instant::now();
+        // The first attempt begins when the request does: one clock read fewer per request.
+        let now = if retries_done == 0 {
+            start
+        } else {
+            Instant::now()
+        };
         let attempt_deadline = timeout::attempt_deadline(now, deadline, route.timeouts.per_try());
         if let Some(d) = attempt_deadline.filter(|_| grpc) {
             // The upstream gives up when we would: its answer after that is wasted work.
@@ -231,7 +237,7 @@ async fn once(
     let sent = Instant::now();
     let result = forward::exchange(&pool, Some(ep), Some(conn), parts, body, false).await;
     if let Some(f) = flight.take() {
-        f.complete(&result, sent.elapsed());
+        f.complete_since(&result, sent);
     }
     match result {
         Ok(resp) => Tried::Answered(resp),

@@ -100,7 +100,7 @@ pub(crate) async fn send(
     let started = Instant::now();
     let result = exchange(pool, state, conn, parts, body, upgrade).await;
     if let Some(f) = inflight {
-        f.complete(&result, started.elapsed());
+        f.complete_since(&result, started);
     }
     result
 }

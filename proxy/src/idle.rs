@@ -53,27 +53,48 @@ where
     let Some(timeout) = idle else {
         return send(body).await;
     };
+    if !streams(&body) {
+        // Nothing moves before the head but the head itself: the wait is a plain timeout, and
+        // the response body's clock starts when the head arrives. The common small exchange
+        // pays one timer and no allocation.
+        let resp = tokio::time::timeout(timeout, send(body))
+            .await
+            .map_err(|_| ProxyError::Timeout(TimeoutKind::Idle))??;
+        return Ok(watched(resp, || Arc::new(IdleClock::new(timeout)), metrics));
+    }
     let clock = Arc::new(IdleClock::new(timeout));
     let body = touched(body, &clock);
     tokio::select! {
         biased;
-        result = send(body) => result.map(|resp| {
-            // An upgrade's body is never read: the spliced connection is on its own.
-            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-                return resp;
-            }
-            resp.map(|b| ProxyBody::Idle(Box::pin(IdleBody::new(b, clock, metrics.cloned()))))
-        }),
+        result = send(body) => result.map(|resp| watched(resp, || clock, metrics)),
         () = clock.expired() => Err(ProxyError::Timeout(TimeoutKind::Idle)),
     }
+}
+
+/// Whether `body` streams from the client, so that its frames count as the stream moving.
+fn streams(body: &ProxyBody) -> bool {
+    !body.is_end_stream() && matches!(body, ProxyBody::Incoming(_) | ProxyBody::Tee(_))
+}
+
+/// The response with its body under the idle clock, unless nothing is left to wait for: an
+/// upgrade's body is never read (the spliced connection is on its own), and a body already
+/// here whole cannot stall.
+fn watched(
+    resp: Response<ProxyBody>,
+    clock: impl FnOnce() -> Arc<IdleClock>,
+    metrics: Option<&Arc<RouteMetrics>>,
+) -> Response<ProxyBody> {
+    let whole = matches!(resp.body(), ProxyBody::Empty | ProxyBody::Full(_));
+    if whole || resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        return resp;
+    }
+    let clock = clock();
+    resp.map(|b| ProxyBody::Idle(Box::pin(IdleBody::new(b, clock, metrics.cloned()))))
 }
 
 /// The client's request body, touching `clock` on every frame; a body with nothing to send is
 /// left alone.
 fn touched(body: ProxyBody, clock: &Arc<IdleClock>) -> ProxyBody {
-    if body.is_end_stream() {
-        return body;
-    }
     let client = match body {
         ProxyBody::Incoming(b) => ClientBody::Plain(b),
         ProxyBody::Tee(t) => ClientBody::Teed(t),

@@ -9,8 +9,9 @@ use std::{
 };
 
 use http::Response;
+use tokio::time::Instant;
 
-use super::{now_nanos, EndpointState};
+use super::{nanos_at, now_nanos, EndpointState};
 use crate::{
     error::ProxyError,
     resilience::{breaker::Admission, outcome},
@@ -52,13 +53,24 @@ impl InFlight {
 
     /// Ends the request with its result: the breaker hears whether the upstream failed, and an
     /// answer is a latency sample, raised to the penalty an upstream 429 / `Retry-After` asks.
-    pub fn complete<B>(mut self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
+    pub fn complete<B>(self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
+        self.complete_at(result, rtt, now_nanos());
+    }
+
+    /// [`complete`](Self::complete) for a request sent at `sent`: one clock read serves both
+    /// the latency and the sample's time.
+    pub fn complete_since<B>(self, result: &Result<Response<B>, ProxyError>, sent: Instant) {
+        let now = Instant::now();
+        self.complete_at(result, now.saturating_duration_since(sent), nanos_at(now));
+    }
+
+    fn complete_at<B>(mut self, result: &Result<Response<B>, ProxyError>, rtt: Duration, at: u64) {
         if let (Some(a), Some(failed)) = (self.admission.take(), outcome::is_failure(result)) {
             a.record(!failed);
         }
         if let Ok(resp) = result {
             let penalty = outcome::throttle_penalty(resp).unwrap_or_default();
-            self.finish(rtt.max(penalty));
+            self.endpoint.ewma.observe(rtt.max(penalty), at);
         }
     }
 

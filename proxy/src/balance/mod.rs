@@ -57,6 +57,11 @@ impl Default for BalanceConfig {
 /// that) because a paused test runtime's clock can lag the real one; `0` stays free to mean
 /// "never".
 fn now_nanos() -> u64 {
+    nanos_at(tokio::time::Instant::now())
+}
+
+/// [`now_nanos`] for an instant already read.
+fn nanos_at(at: tokio::time::Instant) -> u64 {
     static ORIGIN: OnceLock<tokio::time::Instant> = OnceLock::new();
     let origin = ORIGIN.get_or_init(|| {
         let now = std::time::Instant::now();
@@ -66,7 +71,7 @@ fn now_nanos() -> u64 {
             .unwrap_or(now);
         tokio::time::Instant::from_std(past)
     });
-    let since = tokio::time::Instant::now().saturating_duration_since(*origin);
+    let since = at.saturating_duration_since(*origin);
     u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
 }
 
