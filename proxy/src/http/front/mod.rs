@@ -63,17 +63,16 @@ struct Front<Fut> {
     slot: Option<Pin<Box<Option<Fut>>>>,
     /// Fires to park an idle connection, then to close it; reset only when it fires.
     quiet: Pin<Box<Sleep>>,
+    /// Resolves when shutdown begins. Made once per connection: a wait made afresh between
+    /// every two requests registered with (and left) the drain channel each time.
+    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
     parked: Option<Parked>,
 }
 
 /// Serves HTTP/1.1 on `io` (its prefix holds the bytes protocol detection read) until the client
 /// leaves, idles out, or shutdown drains it, or until a request needs hyper.
-pub async fn serve<F, Fut>(
-    io: Prefixed<TcpStream>,
-    cfg: &ServerConfig,
-    mut drain: Drain,
-    handler: F,
-) where
+pub async fn serve<F, Fut>(io: Prefixed<TcpStream>, cfg: &ServerConfig, drain: Drain, handler: F)
+where
     F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
@@ -84,10 +83,14 @@ pub async fn serve<F, Fut>(
         wbuf: Vec::new(),
         slot: None,
         quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
+        draining: {
+            let mut d = drain.clone();
+            Box::pin(async move { d.signaled().await })
+        },
         parked: None,
     };
     loop {
-        let (plan, req) = match c.next(cfg, &mut drain).await {
+        let (plan, req) = match c.next(cfg).await {
             Next::Request(plan, req) => (plan, req),
             Next::Hyper => break,
             Next::Close => return,
@@ -96,7 +99,7 @@ pub async fn serve<F, Fut>(
         // Off the task: the request path's future is kilobytes; an idle connection should not
         // carry it.
         let slot = c.slot.get_or_insert_with(|| Box::pin(None));
-        slot.set(Some(handler(req)));
+        start(slot.as_mut(), handler(req));
         let resp = poll_fn(|cx| match slot.as_mut().as_pin_mut() {
             Some(f) => f.poll(cx),
             None => unreachable!("set just above"),
@@ -112,8 +115,20 @@ pub async fn serve<F, Fut>(
             }
         }
     }
+    drop(c.draining);
     let io = Prefixed::new(c.rbuf, c.io);
     Box::pin(server::serve_http1(io, cfg, drain, handler)).await;
+}
+
+/// Puts a request's future into its (empty) slot. `Pin::set` built `Some(fut)` on the stack and
+/// then moved it in: two extra copies of a future several kilobytes long, per request.
+#[allow(unsafe_code)]
+#[inline(always)]
+fn start<Fut>(slot: Pin<&mut Option<Fut>>, fut: Fut) {
+    debug_assert!(slot.is_none(), "the slot is emptied after every request");
+    // SAFETY: the slot holds `None`, which has nothing to drop, and nothing is moved out of
+    // the pinned place: it is only initialised.
+    unsafe { std::ptr::write(slot.get_unchecked_mut(), Some(fut)) }
 }
 
 fn write_failed(e: WriteError) -> io::Error {
@@ -143,13 +158,13 @@ fn ready_frame(
 
 impl<Fut> Front<Fut> {
     /// Waits for the next request: a whole head (and its short body), or a reason to stop.
-    async fn next(&mut self, cfg: &ServerConfig, drain: &mut Drain) -> Next {
+    async fn next(&mut self, cfg: &ServerConfig) -> Next {
         let mut scan = HeadScan::default();
         // The header-read timeout (slowloris): armed once a head has begun and is incomplete.
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
         loop {
             if self.rbuf.is_empty() {
-                if !self.idle(cfg, drain).await {
+                if !self.idle(cfg).await {
                     return Next::Close;
                 }
             } else {
@@ -224,7 +239,7 @@ impl<Fut> Front<Fut> {
 
     /// Between requests: waits for the next byte, parking the connection (buffers freed) once it
     /// has been quiet for `park_after`; `false` when it should close.
-    async fn idle(&mut self, cfg: &ServerConfig, drain: &mut Drain) -> bool {
+    async fn idle(&mut self, cfg: &ServerConfig) -> bool {
         let since = Instant::now();
         loop {
             tokio::select! {
@@ -233,7 +248,7 @@ impl<Fut> Front<Fut> {
                     self.parked = None;
                     return r.is_ok();
                 }
-                () = drain.signaled() => return false,
+                () = self.draining.as_mut() => return false,
                 () = self.quiet.as_mut() => {
                     let quiet = since.elapsed();
                     if quiet >= cfg.idle_timeout {
