@@ -39,8 +39,10 @@ impl Admitted {
         self,
         result: Result<Response<ProxyBody>, ProxyError>,
     ) -> Result<Response<ProxyBody>, ProxyError> {
-        if let (Some(a), Some(failed)) = (self.route, outcome::is_failure(&result)) {
-            a.record(!failed);
+        if let Some(a) = self.route {
+            if let Some(failed) = outcome::is_failure(&result) {
+                a.record(!failed);
+            }
         }
         match (self.permit, result) {
             (Some(p), Ok(resp)) => Ok(resp.map(|b| ProxyBody::Held(Box::new(b), p))),

@@ -65,8 +65,10 @@ impl InFlight {
     }
 
     fn complete_at<B>(mut self, result: &Result<Response<B>, ProxyError>, rtt: Duration, at: u64) {
-        if let (Some(a), Some(failed)) = (self.admission.take(), outcome::is_failure(result)) {
-            a.record(!failed);
+        if let Some(a) = self.admission.take() {
+            if let Some(failed) = outcome::is_failure(result) {
+                a.record(!failed);
+            }
         }
         if let Ok(resp) = result {
             let penalty = outcome::throttle_penalty(resp).unwrap_or_default();

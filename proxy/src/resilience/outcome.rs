@@ -62,11 +62,16 @@ fn response_failed<B>(resp: &Response<B>) -> bool {
 /// The latency penalty an upstream asked for: a 429, or a 503 with `Retry-After`. The penalty
 /// is the `Retry-After` in seconds (1 s when absent or an HTTP date), at most 10 s.
 pub fn throttle_penalty<B>(resp: &Response<B>) -> Option<Duration> {
+    // Every answer comes here: look at the status before any header.
+    if !matches!(
+        resp.status(),
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        return None;
+    }
     let retry_after = resp.headers().get(header::RETRY_AFTER);
-    match resp.status() {
-        StatusCode::TOO_MANY_REQUESTS => {}
-        StatusCode::SERVICE_UNAVAILABLE if retry_after.is_some() => {}
-        _ => return None,
+    if resp.status() == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_none() {
+        return None;
     }
     let secs = retry_after
         .and_then(|v| v.to_str().ok())

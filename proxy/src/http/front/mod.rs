@@ -26,7 +26,10 @@ use tokio::{
 
 use super::{
     body::ProxyBody,
-    h1::write::{BodyWriter, WriteError},
+    h1::{
+        names::Names,
+        write::{BodyWriter, WriteError},
+    },
     head_guard::{self, HeadScan, Reject},
     server::{self, Parked, ServerConfig},
 };
@@ -58,6 +61,7 @@ struct Front<Fut> {
     io: TcpStream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    names: Names,
     /// Where each request's future runs: allocated once, not per request, and freed with the
     /// buffers when the connection parks.
     slot: Option<Pin<Box<Option<Fut>>>>,
@@ -81,6 +85,7 @@ where
         io,
         rbuf,
         wbuf: Vec::new(),
+        names: Names::default(),
         slot: None,
         quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
         draining: {
@@ -196,7 +201,7 @@ impl<Fut> Front<Fut> {
         mut deadline: Option<Pin<Box<Sleep>>>,
     ) -> Next {
         let head = self.rbuf.split_to(end).freeze();
-        let Some((plan, mut req)) = request::read(&head) else {
+        let Some((plan, mut req)) = request::read(&head, &mut self.names) else {
             // Put the head back in front of what follows it, for the guard to read.
             let mut all = BytesMut::with_capacity(head.len() + self.rbuf.len());
             all.extend_from_slice(&head);
@@ -257,6 +262,7 @@ impl<Fut> Front<Fut> {
                     if self.parked.is_none() && quiet >= cfg.park_after {
                         self.rbuf = BytesMut::new();
                         self.wbuf = Vec::new();
+                        self.names = Names::default();
                         self.slot = None;
                         self.parked = Some(Parked::new());
                     }

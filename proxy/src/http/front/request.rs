@@ -9,7 +9,10 @@ use http::{Method, Request, Uri, Version};
 
 use crate::http::{
     body::ProxyBody,
-    h1::decode::{header_map, span},
+    h1::{
+        decode::{header_map, span},
+        names::Names,
+    },
 };
 
 /// Most header fields in a head (the head guard's and hyper's limit).
@@ -32,7 +35,7 @@ pub struct Plan {
 /// buffer: the header values share it) with an empty body, if the fast path serves it; `None`
 /// sends it to hyper, which also answers what hyper refuses and the line checks let through (a
 /// target that is not a URI, a method that is not a token).
-pub fn read(head: &Bytes) -> Option<(Plan, Request<ProxyBody>)> {
+pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Request<ProxyBody>)> {
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     match req.parse_with_uninit_headers(head, &mut slots) {
@@ -53,7 +56,7 @@ pub fn read(head: &Bytes) -> Option<(Plan, Request<ProxyBody>)> {
     for (slot, h) in spans.iter_mut().zip(req.headers.iter()) {
         *slot = span(base, h);
     }
-    let headers = header_map(head, &spans[..n]).ok()?;
+    let headers = header_map(head, &spans[..n], names).ok()?;
     let mut out = Request::new(ProxyBody::Empty);
     *out.method_mut() = method;
     *out.uri_mut() = uri;
@@ -120,7 +123,7 @@ mod tests {
     use super::*;
 
     fn plan_of(head: &'static [u8]) -> Option<Plan> {
-        read(&Bytes::from_static(head)).map(|(p, _)| p)
+        read(&Bytes::from_static(head), &mut Names::default()).map(|(p, _)| p)
     }
 
     #[test]
@@ -149,7 +152,7 @@ mod tests {
             b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",
         ] {
             assert!(
-                read(&Bytes::from_static(head)).is_none(),
+                read(&Bytes::from_static(head), &mut Names::default()).is_none(),
                 "{:?}",
                 String::from_utf8_lossy(head)
             );
@@ -160,7 +163,7 @@ mod tests {
     fn builds_the_request_sharing_the_head() {
         let head =
             Bytes::from_static(b"PUT /p?q=1 HTTP/1.1\r\nHost: svc\r\nX-A: 1\r\nx-a: 2\r\n\r\n");
-        let (_, req) = read(&head).expect("valid");
+        let (_, req) = read(&head, &mut Names::default()).expect("valid");
         assert_eq!(req.method(), Method::PUT);
         assert_eq!(req.uri(), "/p?q=1");
         assert_eq!(req.version(), Version::HTTP_11);

@@ -4,12 +4,9 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::{
-    header::{HeaderName, HeaderValue},
-    HeaderMap, StatusCode, Version,
-};
+use http::{header::HeaderValue, HeaderMap, StatusCode, Version};
 
-use super::Error;
+use super::{names::Names, Error};
 
 /// Most headers a response head may carry (hyper's limit too).
 pub const MAX_HEADERS: usize = 100;
@@ -44,7 +41,11 @@ pub struct Head {
 /// Interim (1xx) responses are read and dropped; a `101` is an error here (upgrades are
 /// forwarded on connections of their own). Hop-by-hop fields never reach the header map when
 /// `Connection` names no other field (the usual case), so stripping them later costs a scan.
-pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, Error> {
+pub fn response(
+    buf: &mut BytesMut,
+    head_request: bool,
+    names: &mut Names,
+) -> Result<Option<Head>, Error> {
     loop {
         let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
         let mut parsed = httparse::Response::new(&mut []);
@@ -91,7 +92,7 @@ pub fn response(buf: &mut BytesMut, head_request: bool) -> Result<Option<Head>, 
             n += 1;
         }
         let head = buf.split_to(len).freeze();
-        let headers = header_map(&head, &spans[..n])?;
+        let headers = header_map(&head, &spans[..n], names)?;
         return facts
             .framed(status, version, headers, head_request)
             .map(Some);
@@ -132,19 +133,34 @@ pub(crate) fn span(base: usize, h: &httparse::Header<'_>) -> (u32, u32, u32, u32
 
 /// The header map of the fields at `spans` (name offset and length, value offset and length)
 /// in `head`; the values share `head`.
-pub(crate) fn header_map(head: &Bytes, spans: &[(u32, u32, u32, u32)]) -> Result<HeaderMap, Error> {
+/// `spans` come from httparse, whose checks on a field value are exactly `HeaderValue`'s.
+pub(crate) fn header_map(
+    head: &Bytes,
+    spans: &[(u32, u32, u32, u32)],
+    names: &mut Names,
+) -> Result<HeaderMap, Error> {
     // Room for the few fields the proxy adds (X-Forwarded-*, a filter's), so adding them does not
     // regrow the map.
     let mut headers = HeaderMap::with_capacity(spans.len() + 4);
-    for &(n, nl, v, vl) in spans {
+    for (i, &(n, nl, v, vl)) in spans.iter().enumerate() {
         let (n, nl, v, vl) = (n as usize, nl as usize, v as usize, vl as usize);
-        let name = HeaderName::from_bytes(&head[n..n + nl])
-            .map_err(|_| Error::Protocol("invalid response header name"))?;
-        let value = HeaderValue::from_maybe_shared(head.slice(v..v + vl))
-            .map_err(|_| Error::Protocol("invalid response header value"))?;
-        headers.append(name, value);
+        let name = names
+            .get(i, &head[n..n + nl])
+            .map_err(|_| Error::Protocol("invalid header name"))?;
+        headers.append(name, parsed_value(head.slice(v..v + vl)));
     }
     Ok(headers)
+}
+
+/// A field value httparse accepted: it allows exactly the bytes `HeaderValue` does (HTAB,
+/// visible ASCII, space, obs-text), so checking them again (~60 instructions a field) is
+/// skipped.
+#[allow(unsafe_code)]
+fn parsed_value(b: Bytes) -> HeaderValue {
+    debug_assert!(HeaderValue::from_maybe_shared(b.clone()).is_ok());
+    // SAFETY: only the bytes' validity is at stake (no memory safety), and httparse checked it
+    // with the same rule `HeaderValue::from_maybe_shared` applies.
+    unsafe { HeaderValue::from_maybe_shared_unchecked(b) }
 }
 
 /// What the framing and connection fields of a head say, gathered from the raw fields.
@@ -271,7 +287,7 @@ mod tests {
 
     fn parse(s: &str, head_request: bool) -> Result<Option<Head>, Error> {
         let mut buf = BytesMut::from(s);
-        response(&mut buf, head_request)
+        response(&mut buf, head_request, &mut Names::default())
     }
 
     fn framing(s: &str) -> BodyFraming {
@@ -283,7 +299,9 @@ mod tests {
         let mut buf = BytesMut::from(
             "HTTP/1.1 200 OK\r\nServer: x\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 2\r\n\r\nok",
         );
-        let h = response(&mut buf, false).expect("valid").expect("complete");
+        let h = response(&mut buf, false, &mut Names::default())
+            .expect("valid")
+            .expect("complete");
         assert_eq!(h.status, StatusCode::OK);
         assert_eq!(h.version, Version::HTTP_11);
         assert_eq!(h.headers["server"], "x");
@@ -330,7 +348,9 @@ mod tests {
         let mut buf = BytesMut::from(
             "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n",
         );
-        let h = response(&mut buf, false).expect("valid").expect("complete");
+        let h = response(&mut buf, false, &mut Names::default())
+            .expect("valid")
+            .expect("complete");
         assert_eq!(h.status, StatusCode::CREATED);
         assert!(buf.is_empty());
         assert!(parse("HTTP/1.1 101 Switching Protocols\r\n\r\n", false).is_err());

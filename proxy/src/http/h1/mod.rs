@@ -7,6 +7,7 @@ mod body;
 mod chunked;
 pub(crate) mod decode;
 pub(crate) mod encode;
+pub(crate) mod names;
 #[cfg(test)]
 mod tests;
 pub(crate) mod write;
@@ -71,6 +72,7 @@ pub struct Conn {
     io: TcpStream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    names: names::Names,
 }
 
 impl std::fmt::Debug for Conn {
@@ -110,6 +112,7 @@ impl Conn {
             io,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
+            names: names::Names::default(),
         })
     }
 
@@ -289,7 +292,7 @@ fn body_write_failed(e: WriteError) -> Error {
 async fn read_head(conn: &mut Conn, head_request: bool) -> Result<Head, Error> {
     loop {
         if !conn.rbuf.is_empty() {
-            if let Some(head) = decode::response(&mut conn.rbuf, head_request)? {
+            if let Some(head) = decode::response(&mut conn.rbuf, head_request, &mut conn.names)? {
                 return Ok(head);
             }
         }
