@@ -53,7 +53,7 @@ pub async fn run(
     route: &RoutePolicy,
     metrics: Option<&RouteMetrics>,
     proto: UpstreamProto,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let grpc = grpc::is_grpc(&parts.headers);
@@ -70,8 +70,9 @@ pub async fn run(
     let mut retries_done = 0;
     let mut last: Option<EndpointAddr> = None;
     loop {
-        // The first attempt begins when the request does: one clock read fewer per request.
-        let now = if retries_done == 0 {
+        // The first attempt begins when the request does (one clock read fewer per request),
+        // except that a gRPC one tells the upstream what is left of its deadline as it leaves.
+        let now = if retries_done == 0 && !grpc {
             start
         } else {
             Instant::now()
@@ -126,7 +127,10 @@ pub async fn run(
         if wants == Retry::No {
             return result;
         }
-        let next = back.or_else(|| Some((template.as_ref()?.parts()?, source.again()?)));
+        let next = back.or_else(|| {
+            let parts = Box::new(template.as_ref()?.parts()?);
+            Some((parts, source.again()?))
+        });
         let Some(next) = next else {
             return result;
         };
@@ -193,7 +197,7 @@ enum Tried {
     /// A response head arrived.
     Answered(Response<ProxyBody>),
     /// The connection could not be had: the request comes back untouched.
-    NotSent(ProxyError, Parts, ProxyBody),
+    NotSent(ProxyError, Box<Parts>, ProxyBody),
     /// The exchange failed after the request was handed over.
     Failed(ProxyError),
     /// The attempt's deadline passed.
@@ -203,7 +207,7 @@ enum Tried {
 /// An attempt's answer, and its request when it came back unsent.
 type Settled = (
     Result<Response<ProxyBody>, ProxyError>,
-    Option<(Parts, ProxyBody)>,
+    Option<(Box<Parts>, ProxyBody)>,
 );
 
 impl Tried {
@@ -225,7 +229,7 @@ async fn once(
     ep: &Arc<EndpointState>,
     flight: &mut Option<InFlight>,
     proto: UpstreamProto,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
 ) -> Tried {
     let pool = shared.pools.get(ep.addr());
