@@ -31,7 +31,7 @@ pub async fn route(
     shared: &Shared,
     snap: &Snapshot,
     set: &RouteSet,
-    mut parts: Parts,
+    mut parts: Box<Parts>,
     body: ProxyBody,
     default_ns: &str,
     client: ClientAddr,

@@ -32,7 +32,7 @@ pub async fn to_service(
     svc: &ServiceTarget,
     route: &RoutePolicy,
     metrics: Option<&RouteMetrics>,
-    mut parts: Parts,
+    mut parts: Box<Parts>,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let proto = match svc.service.app_protocol {
@@ -66,7 +66,7 @@ pub async fn to_endpoint(
     shared: &Shared,
     addr: EndpointAddr,
     proto: UpstreamProto,
-    mut parts: Parts,
+    mut parts: Box<Parts>,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let upgrade = prepare(&mut parts, proto)?;
@@ -92,7 +92,7 @@ pub(crate) async fn send(
     pool: &Arc<EndpointPool>,
     state: Option<&Arc<EndpointState>>,
     conn: Option<Conn>,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
     upgrade: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -112,12 +112,12 @@ pub(crate) async fn exchange(
     pool: &Arc<EndpointPool>,
     state: Option<&Arc<EndpointState>>,
     conn: Option<Conn>,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
     upgrade: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let result = match conn {
-        Some(conn) if !upgrade => pool.send(conn, Request::from_parts(parts, body)).await,
+        Some(conn) if !upgrade => pool.send(conn, parts, body).await,
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
     };
     if let Some(s) = state {
@@ -195,10 +195,10 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
 /// Forwards a protocol-switch request; on 101 the two upgraded connections are spliced.
 async fn upgrade_and_forward(
     pool: &EndpointPool,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let mut parts = parts;
+    let mut parts = *parts;
     let downstream = parts
         .extensions
         .remove::<hyper::upgrade::OnUpgrade>()

@@ -19,7 +19,8 @@ pub async fn request(
     req: Request<ProxyBody>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));

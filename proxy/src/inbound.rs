@@ -31,7 +31,8 @@ pub async fn request(
         |s| s.default_metrics[1].clone(),
     );
     m.request();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         return (m, Err(e));
     }

@@ -14,7 +14,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{header, request::Parts, Request, Version};
+use http::{header, request::Parts, Version};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::{sync::oneshot, time::Instant};
@@ -203,10 +203,7 @@ impl Job {
                 return Err(e);
             }
         };
-        let resp = self
-            .pool
-            .send(conn, Request::from_parts(self.head, body))
-            .await?;
+        let resp = self.pool.send(conn, Box::new(self.head), body).await?;
         inflight.finish(started.elapsed());
         // Read to the end so the connection goes back to the pool; the bytes are not kept.
         let mut body = resp.into_body();

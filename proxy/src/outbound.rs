@@ -25,7 +25,8 @@ pub async fn request(
     req: Request<ProxyBody>,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let mut snap = shared.snapshot();
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
+    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         return (snap.passthrough.clone(), Err(e));
     }

@@ -19,7 +19,7 @@ pub(super) fn refused(
     ep: &EndpointState,
     flight: Option<InFlight>,
     e: ProxyError,
-    parts: Parts,
+    parts: Box<Parts>,
     body: ProxyBody,
 ) -> Tried {
     if matches!(e, ProxyError::Connect { .. }) {

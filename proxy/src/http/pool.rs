@@ -15,7 +15,7 @@ use std::{
 };
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use http::{Request, Response};
+use http::{request::Parts, Request, Response};
 use hyper::{body::Incoming, client::conn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::Instant;
@@ -140,16 +140,19 @@ impl EndpointPool {
         }
     }
 
-    /// Sends `req` on `conn` and returns the response head with its streaming body.
+    /// Sends the request (`parts`, boxed: the head is moved through every stage of the request
+    /// path, and 8 bytes move cheaper than 224) on `conn` and returns the response head with its
+    /// streaming body.
     pub async fn send(
         self: &Arc<Self>,
         conn: Conn,
-        req: Request<ProxyBody>,
+        parts: Box<Parts>,
+        body: ProxyBody,
     ) -> Result<Response<ProxyBody>, ProxyError> {
         match conn {
             Conn::H1 { conn, reused } => {
                 let home: Arc<dyn h1::Home> = self.clone();
-                match h1::send(conn, req, home.clone()).await {
+                match h1::send(conn, &parts, body, home.clone()).await {
                     Ok(resp) => Ok(resp),
                     // The pooled connection was closed under the request, which never reached
                     // the upstream (or may safely go twice): a fresh connection carries it.
@@ -167,7 +170,7 @@ impl EndpointPool {
             }
             Conn::H2(mut tx) => {
                 let resp = tx
-                    .send_request(req)
+                    .send_request(Request::from_parts(*parts, body))
                     .await
                     .map_err(|e| self.upstream_failed(e.into()))?;
                 Ok(resp.map(ProxyBody::Incoming))

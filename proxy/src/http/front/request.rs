@@ -56,7 +56,8 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Request<ProxyBody>
     for (slot, h) in spans.iter_mut().zip(req.headers.iter()) {
         *slot = span(base, h);
     }
-    let headers = header_map(head, &spans[..n], names).ok()?;
+    // Room for X-Forwarded-For and -Proto.
+    let headers = header_map(head, &spans[..n], names, 2).ok()?;
     let mut out = Request::new(ProxyBody::Empty);
     *out.method_mut() = method;
     *out.uri_mut() = uri;

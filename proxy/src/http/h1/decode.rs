@@ -92,7 +92,7 @@ pub fn response(
             n += 1;
         }
         let head = buf.split_to(len).freeze();
-        let headers = header_map(&head, &spans[..n], names)?;
+        let headers = header_map(&head, &spans[..n], names, 0)?;
         return facts
             .framed(status, version, headers, head_request)
             .map(Some);
@@ -138,10 +138,12 @@ pub(crate) fn header_map(
     head: &Bytes,
     spans: &[(u32, u32, u32, u32)],
     names: &mut Names,
+    room: usize,
 ) -> Result<HeaderMap, Error> {
-    // Room for the few fields the proxy adds (X-Forwarded-*, a filter's), so adding them does not
-    // regrow the map.
-    let mut headers = HeaderMap::with_capacity(spans.len() + 4);
+    // `room` for the fields the proxy adds (a request's X-Forwarded-*), so adding them does not
+    // regrow the map. No more: a map of 9 fields holds 12 entries, 1.2 KB, past the allocator's
+    // per-thread cache (a 5-field response with 4 spare slots cost ~300 instructions more).
+    let mut headers = HeaderMap::with_capacity(spans.len() + room);
     for (i, &(n, nl, v, vl)) in spans.iter().enumerate() {
         let (n, nl, v, vl) = (n as usize, nl as usize, v as usize, vl as usize);
         let name = names

@@ -21,7 +21,7 @@ use std::{
 };
 
 use bytes::BytesMut;
-use http::{HeaderMap, Method, Request, Response};
+use http::{request::Parts, HeaderMap, Method, Response};
 use http_body::Body;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -140,20 +140,20 @@ impl Conn {
     }
 }
 
-/// Sends `req` on `conn` and returns the response head; its body streams off the connection,
-/// which goes `home` once the body has been read (at once if it was already buffered).
+/// Sends the request `parts` and `body` on `conn` and returns the response head; its body
+/// streams off the connection, which goes `home` once the body has been read (at once if it was
+/// already buffered).
 pub async fn send(
     mut conn: Box<Conn>,
-    req: Request<ProxyBody>,
+    parts: &Parts,
+    mut body: ProxyBody,
     home: Arc<dyn Home>,
 ) -> Result<Response<ProxyBody>, Failed> {
-    let (parts, mut body) = req.into_parts();
     let method = parts.method.clone();
     let head_request = method == Method::HEAD;
     conn.wbuf.clear();
     let empty = body.is_end_stream();
-    let framing = encode::head(&parts, empty, body.size_hint().exact(), &mut conn.wbuf);
-    drop(parts);
+    let framing = encode::head(parts, empty, body.size_hint().exact(), &mut conn.wbuf);
     // A body already whole in memory goes out with the head: one write, and the request can be
     // sent again as it is.
     let whole = match (&mut body, framing) {

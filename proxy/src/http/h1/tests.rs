@@ -9,7 +9,19 @@ use tokio::{
     net::{TcpListener, TcpStream},
 };
 
+use http::Request;
+
 use super::*;
+
+/// [`super::send`] for a whole request, owning it (the tests spawn it).
+async fn send(
+    conn: Box<Conn>,
+    req: Request<ProxyBody>,
+    home: Arc<dyn Home>,
+) -> Result<Response<ProxyBody>, Failed> {
+    let (parts, body) = req.into_parts();
+    super::send(conn, &parts, body, home).await
+}
 
 /// A pool of one: keeps the connection checked in.
 #[derive(Default)]
