@@ -1,6 +1,6 @@
 //! Gives freed heap back to the OS after many connections released their buffers (keep-alives
-//! parked, idle upstream connections closed): glibc keeps freed buffers in a fragmented heap at
-//! its peak size, so without a trim the memory they released would stay resident.
+//! parked, idle upstream connections closed): the allocator keeps freed pages for reuse, so
+//! without a collection the memory they released would stay resident.
 
 use std::{
     sync::atomic::{AtomicU64, Ordering::Relaxed},
@@ -73,18 +73,12 @@ pub async fn trim_after_releases(every: Duration) {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn trim() {
-    // SAFETY: malloc_trim only releases free pages of glibc's own heap; it takes no pointers
-    // and is thread-safe (it locks each arena).
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    // SAFETY: frees the pages of mimalloc's own heaps that hold no live block; takes no
+    // pointers and is thread-safe.
+    unsafe { libmimalloc_sys::mi_collect(true) }
 }
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() {}
 
 #[cfg(test)]
 mod tests {
