@@ -27,7 +27,7 @@ use crate::{
     forward,
     http::{
         body::{ClientBody, ProxyBody},
-        pool::UpstreamProto,
+        pool::{Conn, UpstreamProto},
     },
     metrics::RouteMetrics,
     resilience::{
@@ -58,10 +58,10 @@ pub async fn run(
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let grpc = grpc::is_grpc(&parts.headers);
     let start = Instant::now();
-    let deadline = request_deadline(route, svc, &parts.headers, start);
+    let deadline = request_deadline(route, svc, &parts.headers, grpc, start);
     let rule = &route.retry;
     let budget = &svc.policy.budget;
-    budget.deposit();
+    budget.deposit_at(start);
     let method = parts.method.clone();
     let (source, first) = Source::choose(rule, &method, grpc, body);
     // Only a route that may resend a sent request pays for a copy of the head.
@@ -88,12 +88,13 @@ pub async fn run(
         // Held out here so that an attempt its deadline cuts short still reaches the breaker.
         let mut flight = Some(ep.start());
         let tried = match attempt_deadline {
-            Some(d) => {
-                tokio::time::timeout_at(d.at, once(shared, ep, &mut flight, proto, parts, body))
-                    .await
-                    .unwrap_or(Tried::TimedOut(d.kind))
-            }
-            None => once(shared, ep, &mut flight, proto, parts, body).await,
+            Some(d) => tokio::time::timeout_at(
+                d.at,
+                once(shared, ep, &mut flight, proto, now, parts, body),
+            )
+            .await
+            .unwrap_or(Tried::TimedOut(d.kind)),
+            None => once(shared, ep, &mut flight, proto, now, parts, body).await,
         };
         if let (Tried::TimedOut(kind), Some(f)) = (&tried, flight.take()) {
             flight::timed_out(f, *kind, now);
@@ -163,16 +164,18 @@ pub async fn run(
 }
 
 /// The request deadline: the route's own request timeout, else the backend service's `timeout`
-/// (gateway routes, and mesh routes whose service sets none), and an incoming `grpc-timeout`,
-/// whichever ends first.
+/// (gateway routes, and mesh routes whose service sets none), and a gRPC call's incoming
+/// `grpc-timeout` (`grpc` set), whichever ends first.
 fn request_deadline(
     route: &RoutePolicy,
     svc: &ServiceTarget,
     headers: &HeaderMap,
+    grpc: bool,
     now: Instant,
 ) -> Option<Deadline> {
-    let grpc_timeout = headers
-        .get(grpc::GRPC_TIMEOUT)
+    let grpc_timeout = grpc
+        .then(|| headers.get(grpc::GRPC_TIMEOUT))
+        .flatten()
         .and_then(grpc::parse_timeout);
     let timeouts = match route.timeouts.request() {
         Some(_) => route.timeouts,
@@ -222,13 +225,15 @@ impl Tried {
     }
 }
 
-/// One attempt on one endpoint: a connection, then the exchange up to the response head;
-/// `flight` (the endpoint's in-flight count and breaker ticket) is ended with what happened.
+/// One attempt on one endpoint, begun at `begun`: a connection, then the exchange up to the
+/// response head; `flight` (the endpoint's in-flight count and breaker ticket) is ended with
+/// what happened.
 async fn once(
     shared: &Shared,
     ep: &Arc<EndpointState>,
     flight: &mut Option<InFlight>,
     proto: UpstreamProto,
+    begun: Instant,
     parts: Box<Parts>,
     body: ProxyBody,
 ) -> Tried {
@@ -238,7 +243,11 @@ async fn once(
         Ok(conn) => conn,
         Err(e) => return flight::refused(ep, flight.take(), e, parts, body),
     };
-    let sent = Instant::now();
+    // A pooled connection was there at once: the attempt's start is when it was sent.
+    let sent = match conn {
+        Conn::H1 { reused: true, .. } => begun,
+        _ => Instant::now(),
+    };
     let result = forward::exchange(&pool, Some(ep), Some(conn), parts, body, false).await;
     if let Some(f) = flight.take() {
         f.complete_since(&result, sent);

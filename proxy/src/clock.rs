@@ -11,5 +11,10 @@ fn start() -> Instant {
 
 /// Seconds since the process started.
 pub fn now_secs() -> u64 {
-    start().elapsed().as_secs()
+    secs_at(Instant::now())
+}
+
+/// [`now_secs`] for an instant already read.
+pub fn secs_at(at: Instant) -> u64 {
+    at.saturating_duration_since(start()).as_secs()
 }

@@ -11,9 +11,11 @@ mod ewma;
 mod in_flight;
 mod p2c;
 
-use std::{cell::RefCell, sync::OnceLock, time::Duration};
+use std::{cell::RefCell, time::Duration};
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+use crate::resilience::{nanos_at, now_nanos};
 
 pub use breakers::route_observer;
 pub use endpoint::EndpointState;
@@ -49,30 +51,6 @@ impl Default for BalanceConfig {
             backoff_max: Duration::from_secs(30),
         }
     }
-}
-
-/// Nanoseconds since a process-wide origin, on tokio's clock so that tests can pause time.
-///
-/// The origin sits a day before the first call (less if the monotonic clock is younger than
-/// that) because a paused test runtime's clock can lag the real one; `0` stays free to mean
-/// "never".
-fn now_nanos() -> u64 {
-    nanos_at(tokio::time::Instant::now())
-}
-
-/// [`now_nanos`] for an instant already read.
-fn nanos_at(at: tokio::time::Instant) -> u64 {
-    static ORIGIN: OnceLock<tokio::time::Instant> = OnceLock::new();
-    let origin = ORIGIN.get_or_init(|| {
-        let now = std::time::Instant::now();
-        let past = [86_400, 3_600, 60, 1]
-            .iter()
-            .find_map(|&secs| now.checked_sub(Duration::from_secs(secs)))
-            .unwrap_or(now);
-        tokio::time::Instant::from_std(past)
-    });
-    let since = at.saturating_duration_since(*origin);
-    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
 }
 
 thread_local! {

@@ -120,13 +120,15 @@ impl EndpointPool {
     /// A connection ready to carry one request: connect failures surface here, before the
     /// request is built, so the caller may try another endpoint with nothing lost.
     pub async fn acquire(self: &Arc<Self>, proto: UpstreamProto) -> Result<Conn, ProxyError> {
+        // One clock read serves the pool's last use and the idle connections' age.
+        let now = Instant::now();
         self.last_used.store(
-            crate::clock::now_secs(),
+            crate::clock::secs_at(now),
             std::sync::atomic::Ordering::Relaxed,
         );
         match proto {
             UpstreamProto::Http1 => {
-                if let Some(conn) = self.checkout() {
+                if let Some(conn) = self.checkout(now) {
                     return Ok(Conn::H1 { conn, reused: true });
                 }
                 // Connecting is rare with pooling; boxed so every request's future does not carry
@@ -185,8 +187,7 @@ impl EndpointPool {
         }
     }
 
-    fn checkout(&self) -> Option<Box<h1::Conn>> {
-        let now = Instant::now();
+    fn checkout(&self, now: Instant) -> Option<Box<h1::Conn>> {
         let mut idle = self.idle.lock().ok()?;
         while let Some(c) = idle.pop() {
             if now.duration_since(c.since) < self.config.idle_timeout && c.conn.is_open() {

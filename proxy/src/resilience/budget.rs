@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{now_nanos, window::SlidingCount};
+use super::{nanos_at, now_nanos, window::SlidingCount};
 use crate::model;
 
 /// Retries per original request allowed when the service sets no budget (Linkerd's 20%).
@@ -59,7 +59,12 @@ impl Budget {
 
     /// Records an original request (never a retry: retries must not earn retries).
     pub fn deposit(&self) {
-        self.deposits.add(now_nanos(), 1);
+        self.deposit_at(tokio::time::Instant::now());
+    }
+
+    /// [`deposit`](Self::deposit) for a request that began `at` (a clock read it already paid).
+    pub fn deposit_at(&self, at: tokio::time::Instant) {
+        self.deposits.add(nanos_at(at), 1);
     }
 
     /// Takes one retry from the budget; `false` means the budget is spent and the caller must

@@ -25,8 +25,13 @@ use std::{sync::OnceLock, time::Duration};
 ///
 /// The origin sits a day before the first call (less if the monotonic clock is younger than
 /// that) because a paused test runtime's clock can lag the real one; `0` stays free to mean
-/// "never". Same scheme as the balancer's clock.
+/// "never". The balancer's clock too.
 pub(crate) fn now_nanos() -> u64 {
+    nanos_at(tokio::time::Instant::now())
+}
+
+/// [`now_nanos`] for an instant already read.
+pub(crate) fn nanos_at(at: tokio::time::Instant) -> u64 {
     static ORIGIN: OnceLock<tokio::time::Instant> = OnceLock::new();
     let origin = ORIGIN.get_or_init(|| {
         let now = std::time::Instant::now();
@@ -36,8 +41,7 @@ pub(crate) fn now_nanos() -> u64 {
             .unwrap_or(now);
         tokio::time::Instant::from_std(past)
     });
-    let since = tokio::time::Instant::now().saturating_duration_since(*origin);
-    nanos(since)
+    nanos(at.saturating_duration_since(*origin))
 }
 
 /// A duration in whole nanoseconds, saturating.
