@@ -33,7 +33,10 @@ use super::{
     head_guard::{self, HeadScan, Reject},
     server::{self, Parked, ServerConfig},
 };
-use crate::{drain::Drain, transport::prefixed::Prefixed};
+use crate::{
+    drain::{Drain, Shutdown},
+    transport::prefixed::Prefixed,
+};
 use request::Plan;
 use response::Framing;
 
@@ -69,7 +72,7 @@ struct Front<Fut> {
     quiet: Pin<Box<Sleep>>,
     /// Resolves when shutdown begins. Made once per connection: a wait made afresh between
     /// every two requests registered with (and left) the drain channel each time.
-    draining: Pin<Box<dyn Future<Output = ()> + Send>>,
+    draining: Shutdown,
     parked: Option<Parked>,
 }
 
@@ -88,10 +91,7 @@ where
         names: Names::default(),
         slot: None,
         quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
-        draining: {
-            let mut d = drain.clone();
-            Box::pin(async move { d.signaled().await })
-        },
+        draining: drain.shutdown(),
         parked: None,
     };
     loop {
@@ -253,7 +253,7 @@ impl<Fut> Front<Fut> {
                     self.parked = None;
                     return r.is_ok();
                 }
-                () = self.draining.as_mut() => return false,
+                () = &mut self.draining => return false,
                 () = self.quiet.as_mut() => {
                     let quiet = since.elapsed();
                     if quiet >= cfg.idle_timeout {
