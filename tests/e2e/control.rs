@@ -33,12 +33,23 @@ pub(crate) async fn control_proxy(cp: &WeirControl) -> (WeirProxy, SocketAddr) {
 async fn answers_from(gw: SocketAddr, name: &str, written: Instant, within: Duration) -> Duration {
     let left = within.saturating_sub(written.elapsed());
     poll_until(left, &format!("{gw} to route to {name}"), || async {
-        let reply = get(gw, "gw.test", "/_/delay/5").await;
-        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        (reply.header("x-backend") == Some(name)).then(|| written.elapsed())
+        // A few requests per look: a new endpoint shares the traffic with the old one (the
+        // balancer's two draws tie until it has a latency sample), so one request alone found
+        // it as little as half the time, and a late look could miss an edit that had arrived.
+        for _ in 0..LOOK {
+            let reply = get(gw, "gw.test", "/_/delay/5").await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            if reply.header("x-backend") == Some(name) {
+                return Some(written.elapsed());
+            }
+        }
+        None
     })
     .await
 }
+
+/// Requests per look in [`answers_from`].
+const LOOK: usize = 6;
 
 /// Sends requests until `gone` has received none for half a second; panics if it still received
 /// one later than `APPLY_WITHIN` after `written`.
