@@ -53,17 +53,21 @@ where
     let Some(timeout) = idle else {
         return send(body).await;
     };
-    if !streams(&body) {
-        // Nothing moves before the head but the head itself: the wait is a plain timeout, and
-        // the response body's clock starts when the head arrives. The common small exchange
-        // pays one timer and no allocation.
-        let resp = tokio::time::timeout(timeout, send(body))
-            .await
-            .map_err(|_| ProxyError::Timeout(TimeoutKind::Idle))??;
-        return Ok(watched(resp, || Arc::new(IdleClock::new(timeout)), metrics));
-    }
+    let client = match streaming(body) {
+        Ok(client) => client,
+        Err(body) => {
+            // Nothing moves before the head but the head itself: the wait is a plain timeout,
+            // and the response body's clock starts when the head arrives. The common small
+            // exchange pays one timer and no allocation.
+            let resp = tokio::time::timeout(timeout, send(body))
+                .await
+                .map_err(|_| ProxyError::Timeout(TimeoutKind::Idle))??;
+            return Ok(watched(resp, || Arc::new(IdleClock::new(timeout)), metrics));
+        }
+    };
     let clock = Arc::new(IdleClock::new(timeout));
-    let body = touched(body, &clock);
+    // The client's body touches the clock on every frame.
+    let body = ProxyBody::Touched(Box::new(Touched::new(client, clock.clone())));
     tokio::select! {
         biased;
         result = send(body) => result.map(|resp| watched(resp, || clock, metrics)),
@@ -71,9 +75,17 @@ where
     }
 }
 
-/// Whether `body` streams from the client, so that its frames count as the stream moving.
-fn streams(body: &ProxyBody) -> bool {
-    !body.is_end_stream() && matches!(body, ProxyBody::Incoming(_) | ProxyBody::Tee(_))
+/// The client's body if it still streams (its frames count as the stream moving); any other
+/// body back as it is: an empty one, or one the proxy made itself, cannot stall.
+fn streaming(body: ProxyBody) -> Result<ClientBody, ProxyBody> {
+    if body.is_end_stream() {
+        return Err(body);
+    }
+    match body {
+        ProxyBody::Incoming(b) => Ok(ClientBody::Plain(b)),
+        ProxyBody::Tee(t) => Ok(ClientBody::Teed(t)),
+        other => Err(other),
+    }
 }
 
 /// The response with its body under the idle clock, unless nothing is left to wait for: an
@@ -90,18 +102,6 @@ fn watched(
     }
     let clock = clock();
     resp.map(|b| ProxyBody::Idle(Box::pin(IdleBody::new(b, clock, metrics.cloned()))))
-}
-
-/// The client's request body, touching `clock` on every frame; a body with nothing to send is
-/// left alone.
-fn touched(body: ProxyBody, clock: &Arc<IdleClock>) -> ProxyBody {
-    let client = match body {
-        ProxyBody::Incoming(b) => ClientBody::Plain(b),
-        ProxyBody::Tee(t) => ClientBody::Teed(t),
-        // Bodies the proxy made itself do not stall.
-        other => return other,
-    };
-    ProxyBody::Touched(Box::new(Touched::new(client, clock.clone())))
 }
 
 #[cfg(test)]

@@ -51,14 +51,16 @@ impl InFlight {
         self.endpoint.ewma.observe(rtt, now_nanos());
     }
 
-    /// Ends the request with its result: the breaker hears whether the upstream failed, and an
-    /// answer is a latency sample, raised to the penalty an upstream 429 / `Retry-After` asks.
-    pub fn complete<B>(self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
+    /// Ends the request with its result and a given latency (tests; the request path uses
+    /// [`complete_since`](Self::complete_since)).
+    #[cfg(test)]
+    pub(crate) fn complete<B>(self, result: &Result<Response<B>, ProxyError>, rtt: Duration) {
         self.complete_at(result, rtt, now_nanos());
     }
 
-    /// [`complete`](Self::complete) for a request sent at `sent`: one clock read serves both
-    /// the latency and the sample's time.
+    /// Ends the request sent at `sent` with its result: the breaker hears whether the upstream
+    /// failed, and an answer is a latency sample, raised to the penalty an upstream 429 /
+    /// `Retry-After` asks. One clock read serves both the latency and the sample's time.
     pub fn complete_since<B>(self, result: &Result<Response<B>, ProxyError>, sent: Instant) {
         let now = Instant::now();
         self.complete_at(result, now.saturating_duration_since(sent), nanos_at(now));

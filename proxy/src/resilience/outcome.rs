@@ -63,16 +63,11 @@ fn response_failed<B>(resp: &Response<B>) -> bool {
 /// is the `Retry-After` in seconds (1 s when absent or an HTTP date), at most 10 s.
 pub fn throttle_penalty<B>(resp: &Response<B>) -> Option<Duration> {
     // Every answer comes here: look at the status before any header.
-    if !matches!(
-        resp.status(),
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        return None;
-    }
-    let retry_after = resp.headers().get(header::RETRY_AFTER);
-    if resp.status() == StatusCode::SERVICE_UNAVAILABLE && retry_after.is_none() {
-        return None;
-    }
+    let retry_after = match resp.status() {
+        StatusCode::TOO_MANY_REQUESTS => resp.headers().get(header::RETRY_AFTER),
+        StatusCode::SERVICE_UNAVAILABLE => Some(resp.headers().get(header::RETRY_AFTER)?),
+        _ => return None,
+    };
     let secs = retry_after
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());

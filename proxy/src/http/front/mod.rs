@@ -168,10 +168,8 @@ impl<Fut> Front<Fut> {
         // The header-read timeout (slowloris): armed once a head has begun and is incomplete.
         let mut deadline: Option<Pin<Box<Sleep>>> = None;
         loop {
-            if self.rbuf.is_empty() {
-                if !self.idle(cfg).await {
-                    return Next::Close;
-                }
+            let more = if self.rbuf.is_empty() {
+                self.idle(cfg).await && self.read().await
             } else {
                 let window = self.rbuf.len().min(cfg.max_header_bytes);
                 match scan.feed(&self.rbuf[..window]) {
@@ -180,14 +178,9 @@ impl<Fut> Front<Fut> {
                     // Too large or malformed: the guard answers it (431 or 400).
                     Ok(None) | Err(_) => return Next::Hyper,
                 }
-                if !self
-                    .readable_by(&mut deadline, cfg.header_read_timeout)
-                    .await
-                {
-                    return Next::Close;
-                }
-            }
-            if !self.read().await {
+                self.read_by(&mut deadline, cfg.header_read_timeout).await
+            };
+            if !more {
                 return Next::Close;
             }
         }
@@ -213,13 +206,7 @@ impl<Fut> Front<Fut> {
         // plan.body <= MAX_WHOLE_BODY, a usize.
         let want = plan.body as usize;
         while self.rbuf.len() < want {
-            if !self
-                .readable_by(&mut deadline, cfg.header_read_timeout)
-                .await
-            {
-                return Next::Close;
-            }
-            if !self.read().await {
+            if !self.read_by(&mut deadline, cfg.header_read_timeout).await {
                 return Next::Close;
             }
         }
@@ -227,6 +214,12 @@ impl<Fut> Front<Fut> {
             *req.body_mut() = ProxyBody::Full(Some(self.rbuf.split_to(want).freeze()));
         }
         Next::Request(plan, req)
+    }
+
+    /// Reads more of a head or body begun, once the socket turns readable before `deadline`
+    /// (armed now, for `t`, if it is not yet); `false` once it passed or the client left.
+    async fn read_by(&mut self, deadline: &mut Option<Pin<Box<Sleep>>>, t: Duration) -> bool {
+        self.readable_by(deadline, t).await && self.read().await
     }
 
     /// Waits for the socket to turn readable before `deadline` (armed now if it is not yet);
