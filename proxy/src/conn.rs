@@ -120,12 +120,12 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
         Detection::Http1 | Detection::H2 => {
             // The task lives as long as the connection, idle keep-alives included, and its size
             // is its largest state: borrow the config rather than copy it into the task.
-            let per_request = shared.clone();
+            // One pointer for each request's future to hold beside the request, so that what a
+            // new future starts with is one short run of bytes (see `front::start`).
+            let per_request = Arc::new((shared.clone(), conn));
             let handler = move |req| {
-                let (shared, conn) = (per_request.clone(), conn);
-                let fut = async move { handle(&shared, &conn, req).await };
-                tracing::trace!(bytes = std::mem::size_of_val(&fut), "request future");
-                fut
+                let ctx = per_request.clone();
+                async move { handle(&ctx.0, &ctx.1, req).await }
             };
             if detection == Detection::H2 {
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
