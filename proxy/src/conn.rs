@@ -123,9 +123,9 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
             // One pointer for each request's future to hold beside the request, so that what a
             // new future starts with is one short run of bytes (see `front::start`).
             let per_request = Arc::new((shared.clone(), conn));
-            let handler = move |req| {
+            let handler = move |parts, body| {
                 let ctx = per_request.clone();
-                async move { handle(&ctx.0, &ctx.1, req).await }
+                async move { handle(&ctx.0, &ctx.1, parts, body).await }
             };
             if detection == Detection::H2 {
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
@@ -176,14 +176,15 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,
-    req: http::Request<crate::http::body::ProxyBody>,
+    parts: Box<http::request::Parts>,
+    body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {
     let start = Instant::now();
-    let grpc = is_grpc(req.headers());
+    let grpc = is_grpc(&parts.headers);
     let (metrics, result) = match conn.direction {
-        Direction::Outbound => crate::outbound::request(shared, conn, req).await,
-        Direction::Inbound => crate::inbound::request(shared, conn, req).await,
-        Direction::Gateway => crate::gateway::request(shared, conn, req).await,
+        Direction::Outbound => crate::outbound::request(shared, conn, parts, body).await,
+        Direction::Inbound => crate::inbound::request(shared, conn, parts, body).await,
+        Direction::Gateway => crate::gateway::request(shared, conn, parts, body).await,
     };
     let resp = result.unwrap_or_else(|e| {
         tracing::debug!(error = %e, "request failed");

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::{request::Parts, Response};
 
 use crate::{
     app::{ConnInfo, Shared},
@@ -16,11 +16,10 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<ProxyBody>,
+    mut parts: Box<Parts>,
+    body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
-    let (parts, body) = req.into_parts();
-    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::{request::Parts, Response};
 
 use crate::{
     addr::EndpointAddr,
@@ -19,7 +19,8 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<ProxyBody>,
+    mut parts: Box<Parts>,
+    body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
     let Some(dst) = conn.orig_dst else {
@@ -31,8 +32,6 @@ pub async fn request(
         |s| s.default_metrics[1].clone(),
     );
     m.request();
-    let (parts, body) = req.into_parts();
-    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         return (m, Err(e));
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+use http::{request::Parts, Response};
 
 use crate::{
     addr::{EndpointAddr, OrigDstAddr},
@@ -22,11 +22,10 @@ use crate::{
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    req: Request<ProxyBody>,
+    mut parts: Box<Parts>,
+    body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let mut snap = shared.snapshot();
-    let (parts, body) = req.into_parts();
-    let mut parts = Box::new(parts);
     if let Err(e) = headers::validate_request(&parts) {
         return (snap.passthrough.clone(), Err(e));
     }

@@ -3,7 +3,7 @@
 
 use std::{convert::Infallible, future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use http::{Method, Request, Response};
+use http::{request::Parts, Method, Request, Response};
 use hyper::{body::Incoming, server::conn, service::service_fn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -52,7 +52,7 @@ impl From<&Config> for ServerConfig {
 pub async fn serve_http1<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send + 'static,
-    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
+    F: Fn(Box<Parts>, ProxyBody) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let (io, tap) = HeadGuard::new(io, cfg.max_header_bytes);
@@ -64,9 +64,10 @@ where
         service_fn(move |req: Request<Incoming>| {
             let guard = act.begin();
             let (h, tap) = (handler.clone(), tap.clone());
-            let connect = req.method() == Method::CONNECT;
+            let (parts, body) = req.into_parts();
+            let connect = parts.method == Method::CONNECT;
             async move {
-                let resp = h(req.map(ProxyBody::Incoming)).await;
+                let resp = h(Box::new(parts), ProxyBody::Incoming(body)).await;
                 // The guard holds back everything after a CONNECT/Upgrade until it learns this.
                 tap.record(connect, resp.status());
                 Ok::<_, Infallible>(resp.map(|b| TrackedBody::new(b, guard)))
@@ -157,13 +158,14 @@ impl Drop for Parked {
 pub async fn serve_h2<I, F, Fut>(io: I, cfg: &ServerConfig, mut drain: Drain, handler: F)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
+    F: Fn(Box<Parts>, ProxyBody) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let handler = Arc::new(handler);
     let svc = service_fn(move |req: Request<Incoming>| {
         let h = handler.clone();
-        async move { Ok::<_, Infallible>(h(req.map(ProxyBody::Incoming)).await) }
+        let (parts, body) = req.into_parts();
+        async move { Ok::<_, Infallible>(h(Box::new(parts), ProxyBody::Incoming(body)).await) }
     });
     let l = &cfg.h2;
     let mut b = conn::http2::Builder::new(TokioExecutor::new());
@@ -220,8 +222,8 @@ mod tests {
                 let (cfg, drain) = (cfg.clone(), drain.clone());
                 tokio::spawn(async move {
                     let io = Prefixed::new(bytes::BytesMut::new(), s);
-                    serve_http1(io, &cfg, drain, |req: Request<ProxyBody>| async move {
-                        Response::new(ProxyBody::full(req.uri().path().to_string()))
+                    serve_http1(io, &cfg, drain, |parts: Box<Parts>, _| async move {
+                        Response::new(ProxyBody::full(parts.uri.path().to_string()))
                     })
                     .await
                 });

@@ -16,7 +16,7 @@ mod tests;
 use std::{future::poll_fn, future::Future, io, pin::Pin, task::Poll, time::Duration};
 
 use bytes::BytesMut;
-use http::{Method, Request, Response};
+use http::{request::Parts, Method, Response};
 use http_body::Body;
 use tokio::{
     io::AsyncWriteExt,
@@ -52,7 +52,7 @@ const INLINE_BODY: usize = 16 * 1024;
 // per request to save a copy of ~300 bytes.
 #[allow(clippy::large_enum_variant)]
 enum Next {
-    Request(Plan, Request<ProxyBody>),
+    Request(Plan, Box<Parts>, ProxyBody),
     /// Not for the fast path: hyper takes over.
     Hyper,
     /// The client left, stayed idle, was too slow, or the proxy is draining.
@@ -77,7 +77,7 @@ struct Front {
 /// leaves, idles out, or shutdown drains it, or until a request needs hyper.
 pub async fn serve<F, Fut>(io: Prefixed<TcpStream>, cfg: &ServerConfig, drain: Drain, handler: F)
 where
-    F: Fn(Request<ProxyBody>) -> Fut + Send + Sync + 'static,
+    F: Fn(Box<Parts>, ProxyBody) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {
     let (rbuf, io) = io.into_parts();
@@ -91,13 +91,13 @@ where
         parked: None,
     };
     loop {
-        let (plan, req) = match c.next(cfg).await {
-            Next::Request(plan, req) => (plan, req),
+        let (plan, parts, body) = match c.next(cfg).await {
+            Next::Request(plan, parts, body) => (plan, parts, body),
             Next::Hyper => break,
             Next::Close => return,
         };
-        let method = req.method().clone();
-        let resp = start(|| handler(req)).await;
+        let method = parts.method.clone();
+        let resp = start(|| handler(parts, body)).await;
         let close = plan.close || drain.is_draining();
         match c.respond(resp, &method, plan.trailers, close).await {
             Ok(false) => {}
@@ -181,7 +181,7 @@ impl Front {
         mut deadline: Option<Pin<Box<Sleep>>>,
     ) -> Next {
         let head = self.rbuf.split_to(end).freeze();
-        let Some((plan, mut req)) = request::read(&head, &mut self.names) else {
+        let Some((plan, parts)) = request::read(&head, &mut self.names) else {
             // Put the head back in front of what follows it, for the guard to read.
             let mut all = BytesMut::with_capacity(head.len() + self.rbuf.len());
             all.extend_from_slice(&head);
@@ -197,10 +197,12 @@ impl Front {
                 return Next::Close;
             }
         }
-        if want > 0 {
-            *req.body_mut() = ProxyBody::Full(Some(self.rbuf.split_to(want).freeze()));
-        }
-        Next::Request(plan, req)
+        let body = if want > 0 {
+            ProxyBody::Full(Some(self.rbuf.split_to(want).freeze()))
+        } else {
+            ProxyBody::Empty
+        };
+        Next::Request(plan, parts, body)
     }
 
     /// Reads more of a head or body begun, once the socket turns readable before `deadline`

@@ -5,14 +5,11 @@
 use std::mem::MaybeUninit;
 
 use bytes::Bytes;
-use http::{Method, Request, Uri, Version};
+use http::{request::Parts, Method, Request, Uri, Version};
 
-use crate::http::{
-    body::ProxyBody,
-    h1::{
-        decode::{header_map, span},
-        names::Names,
-    },
+use crate::http::h1::{
+    decode::{header_map, span},
+    names::Names,
 };
 
 /// Most header fields in a head (the head guard's and hyper's limit).
@@ -31,11 +28,11 @@ pub struct Plan {
     pub trailers: bool,
 }
 
-/// The request in `head` (a whole head that passed the line checks, frozen off the connection's
-/// buffer: the header values share it) with an empty body, if the fast path serves it; `None`
+/// The request head in `head` (a whole head that passed the line checks, frozen off the
+/// connection's buffer: the header values share it), if the fast path serves it; `None`
 /// sends it to hyper, which also answers what hyper refuses and the line checks let through (a
 /// target that is not a URI, a method that is not a token).
-pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Request<ProxyBody>)> {
+pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Box<Parts>)> {
     let mut slots = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     match req.parse_with_uninit_headers(head, &mut slots) {
@@ -58,12 +55,13 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Request<ProxyBody>
     }
     // Room for X-Forwarded-For and -Proto.
     let headers = header_map(head, &spans[..n], names, 2).ok()?;
-    let mut out = Request::new(ProxyBody::Empty);
-    *out.method_mut() = method;
-    *out.uri_mut() = uri;
-    *out.version_mut() = Version::HTTP_11;
-    *out.headers_mut() = headers;
-    Some((plan, out))
+    // Boxed once here, filled in place: the head then moves through every stage as a pointer.
+    let mut parts = Box::new(Request::new(()).into_parts().0);
+    parts.method = method;
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    parts.headers = headers;
+    Some((plan, parts))
 }
 
 /// What the fields ask for, if the fast path can serve it.
@@ -164,11 +162,11 @@ mod tests {
     fn builds_the_request_sharing_the_head() {
         let head =
             Bytes::from_static(b"PUT /p?q=1 HTTP/1.1\r\nHost: svc\r\nX-A: 1\r\nx-a: 2\r\n\r\n");
-        let (_, req) = read(&head, &mut Names::default()).expect("valid");
-        assert_eq!(req.method(), Method::PUT);
-        assert_eq!(req.uri(), "/p?q=1");
-        assert_eq!(req.version(), Version::HTTP_11);
-        assert_eq!(req.headers()["host"], "svc");
-        assert_eq!(req.headers().get_all("x-a").iter().count(), 2);
+        let (_, head) = read(&head, &mut Names::default()).expect("valid");
+        assert_eq!(head.method, Method::PUT);
+        assert_eq!(head.uri, "/p?q=1");
+        assert_eq!(head.version, Version::HTTP_11);
+        assert_eq!(head.headers["host"], "svc");
+        assert_eq!(head.headers.get_all("x-a").iter().count(), 2);
     }
 }

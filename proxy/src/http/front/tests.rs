@@ -12,8 +12,7 @@ use super::*;
 use crate::{config::H2Limits, drain, drain::DrainTx};
 
 /// Answers `<method> <path> <body length> <x-seen header>` with a Content-Length.
-async fn echo(req: Request<ProxyBody>) -> Response<ProxyBody> {
-    let (parts, body) = req.into_parts();
+async fn echo(parts: Box<Parts>, body: ProxyBody) -> Response<ProxyBody> {
     let n = match body {
         ProxyBody::Full(Some(b)) => b.len(),
         ProxyBody::Empty => 0,

@@ -50,7 +50,8 @@ const REFUSED: &[(&str, &[u8])] = &[
 ];
 
 /// Answers 200 with the request body, or switches protocols on `Upgrade: echo` and echoes.
-async fn handler(mut req: Request<ProxyBody>) -> Response<ProxyBody> {
+async fn handler(parts: Box<http::request::Parts>, body: ProxyBody) -> Response<ProxyBody> {
+    let mut req = Request::from_parts(*parts, body);
     let upgrade = req.headers().get(header::UPGRADE).cloned();
     if upgrade.as_ref().is_some_and(|u| u == "echo") {
         let on = hyper::upgrade::on(&mut req);
