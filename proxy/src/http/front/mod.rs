@@ -289,9 +289,8 @@ impl Front {
         close: bool,
     ) -> io::Result<bool> {
         let (parts, mut body) = resp.into_parts();
-        let close = close || response::says_close(&parts);
         self.wbuf.clear();
-        let framing = response::head(
+        let (framing, close) = response::head(
             &parts,
             method,
             body.size_hint().exact(),
