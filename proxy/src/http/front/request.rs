@@ -8,12 +8,11 @@ use bytes::Bytes;
 use http::{request::Parts, Method, Request, Uri, Version};
 
 use crate::http::h1::{
-    decode::{header_map, span},
+    // Most header fields in a head: the head guard's and hyper's limit, and `Spans`' room.
+    decode::{eq_name, header_map, span, SpanRoom, Spans, MAX_HEADERS},
     names::Names,
 };
 
-/// Most header fields in a head (the head guard's and hyper's limit).
-const MAX_HEADERS: usize = 100;
 /// Largest body the fast path reads whole before handing the request on.
 pub const MAX_WHOLE_BODY: u64 = 64 * 1024;
 
@@ -48,13 +47,13 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Box<Parts>)> {
     let target = req.path?;
     let at = target.as_ptr() as usize - base;
     let uri = Uri::from_maybe_shared(head.slice(at..at + target.len())).ok()?;
-    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
-    let n = req.headers.len();
-    for (slot, h) in spans.iter_mut().zip(req.headers.iter()) {
-        *slot = span(base, h);
+    let mut room: SpanRoom = [MaybeUninit::uninit(); MAX_HEADERS];
+    let mut spans = Spans::new(&mut room);
+    for h in req.headers.iter() {
+        spans.push(span(base, h));
     }
     // Room for X-Forwarded-For and -Proto.
-    let headers = header_map(head, &spans[..n], names, 2).ok()?;
+    let headers = header_map(head, spans.as_slice(), names, 2).ok()?;
     // Boxed once here, filled in place: the head then moves through every stage as a pointer.
     let mut parts = Box::new(Request::new(()).into_parts().0);
     parts.method = method;
@@ -75,15 +74,15 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
     for h in fields {
         let (name, value) = (h.name.as_bytes(), h.value.trim_ascii());
         match name.len() {
-            4 if name.eq_ignore_ascii_case(b"host") => hosts += 1,
-            2 if name.eq_ignore_ascii_case(b"te") => {
+            4 if eq_name(name, b"host") => hosts += 1,
+            2 if eq_name(name, b"te") => {
                 plan.trailers = value
                     .split(|&b| b == b',')
                     .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
             }
-            6 if name.eq_ignore_ascii_case(b"expect") => return None,
-            7 if name.eq_ignore_ascii_case(b"upgrade") => return None,
-            10 if name.eq_ignore_ascii_case(b"connection") => {
+            6 if eq_name(name, b"expect") => return None,
+            7 if eq_name(name, b"upgrade") => return None,
+            10 if eq_name(name, b"connection") => {
                 for t in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                     if t.eq_ignore_ascii_case(b"close") {
                         plan.close = true;
@@ -92,7 +91,7 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
                     }
                 }
             }
-            14 if name.eq_ignore_ascii_case(b"content-length") => {
+            14 if eq_name(name, b"content-length") => {
                 if length.is_some()
                     || value.is_empty()
                     || value.len() > 19
@@ -106,7 +105,7 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
                         .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0')),
                 );
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => return None,
+            17 if eq_name(name, b"transfer-encoding") => return None,
             _ => {}
         }
     }
