@@ -99,7 +99,7 @@ pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
     // One pass over the fields rather than three map lookups (~100 instructions each): a
     // request has a handful of fields, and names of the standard ones compare as one byte.
     let (mut te, mut cl, mut hosts) = (false, false, 0u32);
-    for name in h.iter().map(|(name, _)| name) {
+    for (name, _) in h {
         if name == header::HOST {
             hosts += 1;
         } else if name == header::TRANSFER_ENCODING {
@@ -176,25 +176,26 @@ pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, proto: &'static st
             v6.as_bytes()
         }
     };
+    // The client appended to a text value that is there, else alone.
+    let value = |prev: Option<&HeaderValue>| match prev.filter(|v| v.to_str().is_ok()) {
+        Some(prev) => {
+            let mut v = Vec::with_capacity(prev.len() + 2 + ip.len());
+            v.extend_from_slice(prev.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(ip);
+            HeaderValue::from_maybe_shared(Bytes::from(v))
+        }
+        None => HeaderValue::from_bytes(ip),
+    };
     // One lookup for both the read and the write.
     match headers.entry(X_FORWARDED_FOR) {
         Entry::Occupied(mut e) => {
-            let value = match e.get() {
-                prev if prev.to_str().is_ok() => {
-                    let mut v = Vec::with_capacity(prev.len() + 2 + ip.len());
-                    v.extend_from_slice(prev.as_bytes());
-                    v.extend_from_slice(b", ");
-                    v.extend_from_slice(ip);
-                    HeaderValue::from_maybe_shared(Bytes::from(v))
-                }
-                _ => HeaderValue::from_bytes(ip),
-            };
-            if let Ok(v) = value {
+            if let Ok(v) = value(Some(e.get())) {
                 e.insert(v);
             }
         }
         Entry::Vacant(e) => {
-            if let Ok(v) = HeaderValue::from_bytes(ip) {
+            if let Ok(v) = value(None) {
                 e.insert(v);
             }
         }
