@@ -300,6 +300,38 @@ async fn an_invalid_edit_is_rejected_with_its_location_and_the_last_good_state_k
     );
 }
 
+/// A one-worker sidecar is one thread, even while it watches its registry: with a second
+/// thread in the process the kernel takes a reference on the socket's file in every system call.
+#[tokio::test]
+async fn a_one_worker_proxy_watching_its_registry_stays_a_single_thread() {
+    let (a, b) = tokio::join!(TestBackend::start("a"), TestBackend::start("b"));
+    let reg = |to: SocketAddr| registry(&[service("app", &[to])], &route_to("app"));
+    let proxy = WeirProxy::builder()
+        .gateway(true)
+        .registry_yaml(reg(a.addr))
+        .start()
+        .await;
+    let gw = proxy.gateway.expect("the builder asked for a gateway");
+    assert_eq!(get(gw, "gw.test", "/").await.header("x-backend"), Some("a"));
+
+    // The watcher has stat-ed the file, read the edit and published it by the time b answers.
+    let written = Instant::now();
+    proxy.write_registry(&reg(b.addr));
+    applied_within(gw, written, "the edit to send requests to b", |backend| {
+        backend == "b"
+    })
+    .await;
+    assert!(
+        !proxy.metrics_text().await.is_empty(),
+        "the admin port serves metrics"
+    );
+    assert_eq!(
+        proxy.threads(),
+        1,
+        "threads of a WEIR_PROXY_WORKERS=1 proxy"
+    );
+}
+
 #[tokio::test]
 async fn the_proxy_refuses_to_start_with_an_invalid_registry() {
     let (bad, line, column) = invalid_registry(

@@ -35,7 +35,7 @@ pub fn spawn(store: Arc<Store>, poll: Duration) -> JoinHandle<()> {
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Some(outcome) = file.poll().await {
+            if let Some(outcome) = file.poll() {
                 apply(&store, outcome);
             }
         }

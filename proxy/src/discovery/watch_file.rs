@@ -4,6 +4,13 @@
 //! Polling, not inotify: it sees editors that write a temp file and rename it, and Kubernetes
 //! ConfigMap updates that swap a symlinked directory, with no platform code. `stat` follows
 //! symlinks, so a swap shows up as a new inode.
+//!
+//! The `stat` each poll and the read after an edit run on the worker thread, not on Tokio's
+//! blocking pool. A pool thread lingers for seconds after each job, so with a poll every 250 ms
+//! the process always had spare threads, and while a process has a second thread the kernel
+//! takes and drops a reference on the socket's file in every system call (`fdget`/`fput`).
+//! A registry is a local file of kilobytes (a ConfigMap volume in a pod), read only when its
+//! `stat` changes; nginx, too, stats and reads files on its event loop.
 
 #[cfg(test)]
 mod tests;
@@ -61,7 +68,7 @@ pub fn spawn_watcher(
                 debug!(path = %file.path().display(), "no one reads the registry any more; watcher stops");
                 return;
             }
-            if let Some(outcome) = file.poll().await {
+            if let Some(outcome) = file.poll() {
                 publish(file.path(), &tx, outcome);
             }
         }
@@ -133,8 +140,8 @@ impl RegistryFile {
 
     /// Checks the file once. `None`: nothing new since the last call (including a failure already
     /// reported, so a missing file is reported once, not every poll).
-    pub async fn poll(&mut self) -> Option<Result<Registry, RegistryError>> {
-        let stamp = match tokio::fs::metadata(&self.path).await {
+    pub fn poll(&mut self) -> Option<Result<Registry, RegistryError>> {
+        let stamp = match std::fs::metadata(&self.path) {
             Ok(meta) => Stamp::of(&meta),
             Err(source) => {
                 if self.seen == Seen::Missing {
@@ -151,9 +158,9 @@ impl RegistryFile {
         if self.seen == Seen::File(stamp) {
             return None;
         }
-        let read = tokio::fs::read(&self.path).await;
+        let read = std::fs::read(&self.path);
         // A writer still at work: parse the file next tick rather than half of it now.
-        match tokio::fs::metadata(&self.path).await {
+        match std::fs::metadata(&self.path) {
             Ok(meta) if Stamp::of(&meta) == stamp => {}
             _ => return None,
         }

@@ -51,26 +51,22 @@ async fn published(rx: &mut watch::Receiver<Arc<Registry>>, want: &[&str]) {
     }
 }
 
-#[tokio::test]
-async fn poll_reports_each_edit_once_and_ignores_rewrites_of_the_same_bytes() {
+#[test]
+fn poll_reports_each_edit_once_and_ignores_rewrites_of_the_same_bytes() {
     let dir = TempDir::new("edits");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
     let mut file = RegistryFile::new(path.clone());
 
-    let first = file.poll().await.expect("first poll reads").expect("valid");
+    let first = file.poll().expect("first poll reads").expect("valid");
     assert_eq!(names(&first), ["a"]);
-    assert!(file.poll().await.is_none(), "unchanged file");
+    assert!(file.poll().is_none(), "unchanged file");
 
     fs::write(&path, one_service("a")).expect("rewrite same bytes");
-    assert!(file.poll().await.is_none(), "same content is not a reload");
+    assert!(file.poll().is_none(), "same content is not a reload");
 
     fs::write(&path, "services:\n  - name: a\n    endpionts: []\n").expect("write bad");
-    let bad = file
-        .poll()
-        .await
-        .expect("bad edit seen")
-        .expect_err("rejected");
+    let bad = file.poll().expect("bad edit seen").expect_err("rejected");
     assert_eq!(bad.problems().len(), 1, "{bad}");
     assert!(
         bad.to_string().starts_with(&format!(
@@ -79,45 +75,35 @@ async fn poll_reports_each_edit_once_and_ignores_rewrites_of_the_same_bytes() {
         )),
         "{bad}"
     );
-    assert!(
-        file.poll().await.is_none(),
-        "a rejected edit is reported once"
-    );
+    assert!(file.poll().is_none(), "a rejected edit is reported once");
 
     fs::write(&path, one_service("bb")).expect("write fixed");
     assert_eq!(
-        names(&file.poll().await.expect("fix seen").expect("valid")),
+        names(&file.poll().expect("fix seen").expect("valid")),
         ["bb"]
     );
 }
 
-#[tokio::test]
-async fn poll_reports_a_missing_file_once_and_reloads_it_when_it_returns() {
+#[test]
+fn poll_reports_a_missing_file_once_and_reloads_it_when_it_returns() {
     let dir = TempDir::new("missing");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
     let mut file = RegistryFile::new(path.clone());
-    assert!(file.poll().await.expect("read").is_ok());
+    assert!(file.poll().expect("read").is_ok());
 
     fs::remove_file(&path).expect("remove");
-    let gone = file
-        .poll()
-        .await
-        .expect("removal seen")
-        .expect_err("missing");
+    let gone = file.poll().expect("removal seen").expect_err("missing");
     assert!(matches!(gone, RegistryError::Read { .. }), "{gone}");
     assert!(
         gone.to_string().starts_with(&path.display().to_string()),
         "{gone}"
     );
-    assert!(
-        file.poll().await.is_none(),
-        "a missing file is reported once"
-    );
+    assert!(file.poll().is_none(), "a missing file is reported once");
 
     fs::write(&path, one_service("a")).expect("write back");
     assert!(
-        file.poll().await.expect("return seen").is_ok(),
+        file.poll().expect("return seen").is_ok(),
         "same bytes as before, still reloaded"
     );
 }
