@@ -154,7 +154,7 @@ impl EndpointPool {
         match conn {
             Conn::H1 { conn, reused } => {
                 let home: Arc<dyn h1::Home> = self.clone();
-                match h1::send(conn, &parts, body, home.clone()).await {
+                match h1::send(conn, parts, body, home.clone()).await {
                     Ok(resp) => Ok(resp),
                     // The pooled connection was closed under the request, which never reached
                     // the upstream (or may safely go twice): a fresh connection carries it.

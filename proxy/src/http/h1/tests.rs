@@ -20,7 +20,7 @@ async fn send(
     home: Arc<dyn Home>,
 ) -> Result<Response<ProxyBody>, Failed> {
     let (parts, body) = req.into_parts();
-    super::send(conn, &parts, body, home).await
+    super::send(conn, Box::new(parts), body, home).await
 }
 
 /// A pool of one: keeps the connection checked in.
