@@ -4,6 +4,7 @@
 pub mod addr;
 pub mod admin;
 pub mod admission;
+pub mod alloc;
 pub mod app;
 pub mod attempts;
 pub mod balance;

@@ -10,9 +10,9 @@ use weir_proxy::{
 
 /// mimalloc: glibc's malloc cost ~250 instructions per allocation and free on the request path
 /// (six a request), most of them outside its per-thread cache. Its build options are in
-/// `.cargo/config.toml`.
+/// `.cargo/config.toml`; how it is entered is in `alloc.rs`.
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: weir_proxy::alloc::MiMalloc = weir_proxy::alloc::MiMalloc;
 
 fn main() -> ExitCode {
     let config = match Config::from_env(&ProcessEnv) {
