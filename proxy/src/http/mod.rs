@@ -7,4 +7,5 @@ pub mod head_guard;
 pub mod headers;
 pub mod park;
 pub mod pool;
+pub mod read_room;
 pub mod server;

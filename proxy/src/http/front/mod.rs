@@ -27,10 +27,11 @@ use tokio::{
 use super::{
     body::ProxyBody,
     h1::{
-        names::Names,
+        names,
         write::{BodyWriter, WriteError},
     },
     head_guard::{self, HeadScan, Reject},
+    read_room,
     server::{self, Parked, ServerConfig},
 };
 use crate::{
@@ -64,7 +65,6 @@ struct Front {
     io: TcpStream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
-    names: Names,
     /// Fires to park an idle connection, then to close it; reset only when it fires.
     quiet: Pin<Box<Sleep>>,
     /// Resolves when shutdown begins. Made once per connection: a wait made afresh between
@@ -85,7 +85,6 @@ where
         io,
         rbuf,
         wbuf: Vec::new(),
-        names: Names::default(),
         quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
         draining: drain.shutdown(),
         parked: None,
@@ -181,7 +180,7 @@ impl Front {
         mut deadline: Option<Pin<Box<Sleep>>>,
     ) -> Next {
         let head = self.rbuf.split_to(end).freeze();
-        let Some((plan, parts)) = request::read(&head, &mut self.names) else {
+        let Some((plan, parts)) = names::of_requests(|names| request::read(&head, names)) else {
             // Put the head back in front of what follows it, for the guard to read.
             let mut all = BytesMut::with_capacity(head.len() + self.rbuf.len());
             all.extend_from_slice(&head);
@@ -244,7 +243,6 @@ impl Front {
                     if self.parked.is_none() && quiet >= cfg.park_after {
                         self.rbuf = BytesMut::new();
                         self.wbuf = Vec::new();
-                        self.names = Names::default();
                         self.parked = Some(Parked::new());
                     }
                     let next = if self.parked.is_some() {
@@ -265,9 +263,7 @@ impl Front {
     /// socket is drained and clears its readiness, so the wait for the next request does not
     /// begin with a read that can only fail (one `recvfrom` per request, ~0.9 measured).
     async fn read(&mut self) -> bool {
-        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
-            self.rbuf.reserve(READ_SIZE);
-        }
+        read_room::make(&mut self.rbuf, MIN_READ, READ_SIZE);
         poll_fn(|cx| {
             Poll::Ready(
                 match tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.rbuf) {

@@ -33,7 +33,10 @@ use decode::{BodyFraming, Head};
 use encode::Framing;
 use write::{BodyWriter, WriteError};
 
-use super::body::{BodyError, ProxyBody};
+use super::{
+    body::{BodyError, ProxyBody},
+    read_room,
+};
 
 /// Reads never go below this much free buffer space...
 const MIN_READ: usize = 4 * 1024;
@@ -72,7 +75,6 @@ pub struct Conn {
     io: TcpStream,
     rbuf: BytesMut,
     wbuf: Vec<u8>,
-    names: names::Names,
 }
 
 impl std::fmt::Debug for Conn {
@@ -112,7 +114,6 @@ impl Conn {
             io,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
-            names: names::Names::default(),
         })
     }
 
@@ -124,9 +125,7 @@ impl Conn {
     }
 
     fn make_room(&mut self) {
-        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ {
-            self.rbuf.reserve(READ_SIZE);
-        }
+        read_room::make(&mut self.rbuf, MIN_READ, READ_SIZE);
     }
 
     async fn fill(&mut self) -> io::Result<usize> {
@@ -296,7 +295,10 @@ fn body_write_failed(e: WriteError) -> Error {
 async fn read_head(conn: &mut Conn, head_request: bool) -> Result<Head, Error> {
     loop {
         if !conn.rbuf.is_empty() {
-            if let Some(head) = decode::response(&mut conn.rbuf, head_request, &mut conn.names)? {
+            let rbuf = &mut conn.rbuf;
+            if let Some(head) =
+                names::of_responses(|names| decode::response(rbuf, head_request, names))?
+            {
                 return Ok(head);
             }
         }
