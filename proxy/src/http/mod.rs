@@ -8,4 +8,5 @@ pub mod headers;
 pub mod park;
 pub mod pool;
 pub mod read_room;
+pub mod scratch;
 pub mod server;

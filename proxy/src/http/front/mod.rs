@@ -31,7 +31,7 @@ use super::{
         write::{BodyWriter, WriteError},
     },
     head_guard::{self, HeadScan, Reject},
-    read_room,
+    read_room, scratch,
     server::{self, Parked, ServerConfig},
 };
 use crate::{
@@ -64,6 +64,7 @@ enum Next {
 struct Front {
     io: TcpStream,
     rbuf: BytesMut,
+    /// A streamed body's chunk framing; heads go out from the thread's [`scratch`] buffer.
     wbuf: Vec<u8>,
     /// Fires to park an idle connection, then to close it; reset only when it fires.
     quiet: Pin<Box<Sleep>>,
@@ -285,14 +286,9 @@ impl Front {
         close: bool,
     ) -> io::Result<bool> {
         let (parts, mut body) = resp.into_parts();
-        self.wbuf.clear();
-        let (framing, close) = response::head(
-            &parts,
-            method,
-            body.size_hint().exact(),
-            close,
-            &mut self.wbuf,
-        );
+        let mut head = scratch::take();
+        let (framing, close) =
+            response::head(&parts, method, body.size_hint().exact(), close, &mut head);
         drop(parts);
         if let Framing::Length(n) = framing {
             // A small body that is already here (most are, whatever wraps them) goes out in the
@@ -306,8 +302,9 @@ impl Front {
                     let rest = n.checked_sub(data.len() as u64).ok_or_else(|| {
                         io::Error::new(io::ErrorKind::InvalidData, "body longer than its length")
                     })?;
-                    self.wbuf.extend_from_slice(&data);
-                    self.io.write_all(&self.wbuf).await?;
+                    head.extend_from_slice(&data);
+                    self.io.write_all(&head).await?;
+                    scratch::give_back(head);
                     if rest > 0 {
                         self.stream(&mut body, Some(rest), false).await?;
                     }
@@ -315,7 +312,8 @@ impl Front {
                 }
             }
         }
-        self.io.write_all(&self.wbuf).await?;
+        self.io.write_all(&head).await?;
+        scratch::give_back(head);
         match framing {
             Framing::None => {}
             Framing::Length(n) => self.stream(&mut body, Some(n), false).await?,
