@@ -21,6 +21,7 @@ const MIN_ALIGN: usize = 16;
 /// mimalloc as the global allocator (`#[global_allocator]` in `main.rs`).
 pub struct MiMalloc;
 
+/// Whether mimalloc's plain entry points already give `layout` its alignment.
 fn plain(layout: &Layout) -> bool {
     layout.align() <= MIN_ALIGN && layout.align() <= layout.size()
 }
@@ -53,7 +54,9 @@ unsafe impl GlobalAlloc for MiMalloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if layout.align() <= MIN_ALIGN && layout.align() <= new_size {
+        // SAFETY: realloc's contract makes `new_size` with this alignment a valid layout.
+        let grown = Layout::from_size_align_unchecked(new_size, layout.align());
+        if plain(&grown) {
             mi::mi_realloc(ptr.cast(), new_size).cast()
         } else {
             mi::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
