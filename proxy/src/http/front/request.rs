@@ -9,7 +9,7 @@ use http::{request::Parts, Method, Request, Uri, Version};
 
 use crate::http::h1::{
     // Most header fields in a head: the head guard's and hyper's limit, and `Spans`' room.
-    decode::{eq_name, header_map, span, SpanRoom, Spans, MAX_HEADERS},
+    decode::{eq_name, has_token, header_map, span, SpanRoom, Spans, MAX_HEADERS},
     names::Names,
 };
 
@@ -76,9 +76,7 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
         match name.len() {
             4 if eq_name(name, b"host") => hosts += 1,
             2 if eq_name(name, b"te") => {
-                plan.trailers = value
-                    .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"trailers"));
+                plan.trailers = has_token(value, b"trailers");
             }
             6 if eq_name(name, b"expect") => return None,
             7 if eq_name(name, b"upgrade") => return None,

@@ -8,7 +8,7 @@ use std::{
 
 use http::{header, response::Parts, Method, StatusCode};
 
-use crate::http::h1::encode;
+use crate::http::h1::{decode::has_token, encode};
 
 /// How the body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub fn head(
     let (mut length, mut date) = (None, false);
     for (name, value) in &parts.headers {
         if name == header::CONNECTION {
-            close |= says_close(value.as_bytes());
+            close |= has_token(value.as_bytes(), b"close");
             continue; // persistence is ours to choose
         }
         if name == header::TRANSFER_ENCODING {
@@ -94,13 +94,6 @@ pub fn head(
     }
     out.extend_from_slice(b"\r\n");
     (framing, close)
-}
-
-/// Whether a `Connection` value asks for the connection to close.
-fn says_close(value: &[u8]) -> bool {
-    value
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 thread_local! {

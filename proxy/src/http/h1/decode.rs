@@ -178,6 +178,13 @@ pub(crate) fn eq_name(name: &[u8], lower: &[u8]) -> bool {
     a.iter().zip(b).all(|(x, y)| x | 0x20 == *y)
 }
 
+/// Whether a comma-separated field value (`Connection`, `TE`) lists `token`, in any case.
+pub(crate) fn has_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
 /// Where a parsed field sits in the head starting at `base`: name offset and length, value
 /// offset and length. Heads are capped at 64 KiB, well within u32.
 pub(crate) fn span(base: usize, h: &httparse::Header<'_>) -> Span {
