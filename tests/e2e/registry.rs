@@ -321,10 +321,14 @@ async fn a_one_worker_proxy_watching_its_registry_stays_a_single_thread() {
         backend == "b"
     })
     .await;
-    assert!(
-        !proxy.metrics_text().await.is_empty(),
-        "the admin port serves metrics"
+    // The start and the edit: both reads ran (on the worker thread), and the admin port served.
+    let text = proxy.metrics_text().await;
+    let reloads = metrics::sum(
+        &text,
+        "weir_registry_reloads_total",
+        &[("result", "success")],
     );
+    assert!(reloads >= Some(2.0), "reloads: {reloads:?}");
     assert_eq!(
         proxy.threads(),
         1,
