@@ -1,9 +1,10 @@
 //! The downstream HTTP/1.1 fast path. Plain requests (no body, or a Content-Length body of at
 //! most 64 KiB; no upgrade, CONNECT or `Expect`) are read, handed to the request path and
-//! answered by this loop itself, in buffers the connection keeps. The first request that is
-//! anything else, or that the head guard would refuse, hands the connection, with every byte
-//! already read, to hyper behind the guard (`server::serve_http1`) for the rest of its life, so
-//! refusals and the rarer protocol features behave exactly as before.
+//! answered by this loop itself, read into buffers the worker thread lends between requests
+//! (`read_room`). The first request that is anything else, or that the head guard would refuse,
+//! hands the connection, with every byte already read, to hyper behind the guard
+//! (`server::serve_http1`) for the rest of its life, so refusals and the rarer protocol features
+//! behave exactly as before.
 //!
 //! hyper's server cost about a third of the proxy's instructions per request (its dispatcher,
 //! buffers reallocated per request, the guard's second look at every head).
@@ -63,6 +64,7 @@ enum Next {
 /// One downstream connection on the fast path.
 struct Front {
     io: TcpStream,
+    /// Held while a request is read and answered, then given back to the thread (`read_room`).
     rbuf: BytesMut,
     /// A streamed body's chunk framing; heads go out from the thread's [`scratch`] buffer.
     wbuf: Vec<u8>,
@@ -100,7 +102,7 @@ where
         let resp = start(|| handler(parts, body)).await;
         let close = plan.close || drain.is_draining();
         match c.respond(resp, &method, plan.trailers, close).await {
-            Ok(false) => {}
+            Ok(false) => read_room::give_back(&mut c.rbuf),
             Ok(true) | Err(_) => {
                 let _ = c.io.shutdown().await;
                 return;
