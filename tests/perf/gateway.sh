@@ -4,7 +4,10 @@
 #   s2    route /auth-service/** with a prefix rewrite to 2 load-balanced endpoints, no client
 #         keep-alive: ab -n AB_N at each concurrency of AB_CONNS (req/s, p50/p95/max, failures)
 #   s3    route with no filter (/bare), then with AddQueryParameter + a set request header
-#         (/filtered); GET, and POST with a JSON body: wrk -c S3_CONNS (req/s, errors, timeouts)
+#         (/filtered); GET, and POST with a JSON body: wrk -c S3_CONNS (req/s, errors, timeouts),
+#         S3_ROUNDS times per run
+# Every target runs for the whole mode and each row is measured target after target, in an
+# order rotated every round, so that other tenants' load spreads over the targets alike.
 #   grpc  unary gRPC over h2c: h2load, GRPC_CLIENTS connections x GRPC_STREAMS streams, a framed
 #         protobuf POST body with content-type application/grpc and te: trailers
 # Each proxy serves every phase from one config (gateway-conf.sh for nginx and HAProxy, weir.sh
@@ -30,6 +33,7 @@ PHASES=${PHASES:-"s2 s3 grpc"}
 AB_N=${AB_N:-20000}               # requests per ab run (BENCHMARKS.md: 100000)
 AB_CONNS=${AB_CONNS:-"10 50 100 200 500"}
 S3_CONNS=${S3_CONNS:-500}
+S3_ROUNDS=${S3_ROUNDS:-3}         # S3 rows per run, targets interleaved; the report takes the median
 GRPC_CLIENTS=${GRPC_CLIENTS:-10}
 GRPC_STREAMS=${GRPC_STREAMS:-20}
 BASE_PORT=${BASE_PORT:-28500}
@@ -98,7 +102,7 @@ start_target() {
   echo "date: $(date -Is)"; echo "cpus: $NCPU x $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
   echo "nginx: $(nginx -v 2>&1)"; echo "haproxy: $(haproxy -v | head -1)"; echo "ab: $(ab -V | head -1)"
   echo "wrk: $(wrk -v 2>&1 | head -1)"; echo "h2load: $(h2load --version 2>&1 | head -1)"; echo "weir: $WEIR_BIN"
-  echo "params: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS PIN_MODES='$PIN_MODES' TARGETS='$TARGETS' PHASES='$PHASES' AB_N=$AB_N AB_CONNS='$AB_CONNS' S3_CONNS=$S3_CONNS GRPC=${GRPC_CLIENTS}x${GRPC_STREAMS}"
+  echo "params: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS PIN_MODES='$PIN_MODES' TARGETS='$TARGETS' PHASES='$PHASES' AB_N=$AB_N AB_CONNS='$AB_CONNS' S3_CONNS=$S3_CONNS S3_ROUNDS=$S3_ROUNDS GRPC=${GRPC_CLIENTS}x${GRPC_STREAMS}"
   echo "other load at start (loadavg): $(cat /proc/loadavg)"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt" >&2
@@ -117,38 +121,61 @@ for mode in $PIN_MODES; do
   taskset -c "$BE_CPUS" nginx -p "$WORK/backend" -c "$WORK/backend/nginx.conf" -g 'daemon off;' >"$WORK/backend/logs/stdout" 2>&1 &
   BPID=$!; STARTED+=("$BPID")
   answers_with "http://127.0.0.1:$P_B1/" OK 100 || die "backend did not start: $(tail -5 "$WORK/backend/logs/"* 2>/dev/null)"
-  for ((run=1; run<=RUNS; run++)); do
-    order=$TARGETS
-    ((run % 2 == 0)) && order=$(echo "$TARGETS" | tr ' ' '\n' | grep . | tac | tr '\n' ' ')
-    for t in $order; do
-      ppid=""
-      if [[ $t != direct ]]; then
-        write_target_conf "$t" "$PX_W"
-        start_target "$t" "$PX_W" "$PX_CPUS"; ppid=$LAST_PID
-        tries=100; [[ $t == weir ]] && tries=$((WEIR_READY_S*10))
-        if ! answers_with "http://127.0.0.1:${PORT[$t]}/bare/" OK "$tries"; then
-          log "!! $t did not come up on ${PORT[$t]}; log tail:"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
-          echo "$mode run $run $t: did not start" >> "$NOTES"; stop_pid "$ppid"; forget_pid "$ppid"; continue
-        fi
-      fi
+  # Every proxy runs for the whole mode, idle while another is measured, and each row is
+  # measured target after target: a burst of other tenants' load then lands on one row of every
+  # target, not on every row of one target (measured target by target, nginx's S3 CPU once went
+  # from 20.3 to 32.0 us/request between two rows of the same run).
+  declare -A PROXY_PID=() OK=()
+  up=()
+  for t in $TARGETS; do
+    if [[ $t == direct ]]; then PROXY_PID[$t]=""; up+=("$t"); continue; fi
+    write_target_conf "$t" "$PX_W"
+    start_target "$t" "$PX_W" "$PX_CPUS"; PROXY_PID[$t]=$LAST_PID
+    tries=100; [[ $t == weir ]] && tries=$((WEIR_READY_S*10))
+    if ! answers_with "http://127.0.0.1:${PORT[$t]}/bare/" OK "$tries"; then
+      log "!! $t did not come up on ${PORT[$t]}; log tail:"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
+      echo "$mode $t: did not start" >> "$NOTES"; stop_pid "$LAST_PID"; forget_pid "$LAST_PID"; continue
+    fi
+    up+=("$t")
+  done
+  for t in "${up[@]}"; do
+    for ph in $PHASES; do checked "$t" "$ph" && OK[$t.$ph]=1; done
+  done
+  # each run and round visits the targets in a rotated order, so none is always measured first
+  rotated() { local k=$1 n=${#up[@]} i; for ((i=0; i<n; i++)); do echo "${up[(i+k)%n]}"; done; }
+  each() { # round phase fn args... - fn for every target measured in the phase, in rotated order
+    local r=$1 ph=$2 t; shift 2
+    for t in $(rotated "$r"); do
+      [[ -n ${OK[$t.$ph]:-} ]] || continue
       wait_quiet
-      log "--- mode=$mode run=$run target=$t pid=${ppid:-none} (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      if has_phase s2 && checked "$t" s2; then
-        for c in $AB_CONNS; do measured measure_ab "$mode" "$run" "$t" "$c" "$ppid"; done
-      fi
-      if has_phase s3 && checked "$t" s3; then
-        for v in bare filtered; do
-          [[ $t == direct && $v == filtered ]] && continue
-          measured measure_wrk "$mode" "$run" "s3-get-$v" "$t" "$ppid" "/$v/item" "$WORK/get.lua"
-          measured measure_wrk "$mode" "$run" "s3-post-$v" "$t" "$ppid" "/$v/item" "$WORK/post.lua"
-        done
-      fi
-      if has_phase grpc && checked "$t" grpc; then measured measure_grpc "$mode" "$run" "$t" "$ppid"; fi
-      if [[ -n $ppid ]]; then
-        for f in "$WORK/$t/"*.conf "$WORK/$t/"*.cfg "$WORK/$t/"*.yaml; do [[ -e $f ]] && cp "$f" "$OUT/raw/$t-${f##*/}"; done
-        stop_pid "$ppid"; forget_pid "$ppid"
-      fi
+      log "--- mode=$mode round=$r target=$t (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+      "$@" "$t"
     done
+  }
+  s2_row() { measured measure_ab "$mode" "$run" "$2" "$1" "${PROXY_PID[$2]}"; }
+  s3_row() { # round variant method target
+    [[ $4 == direct && $2 == filtered ]] && return
+    measured measure_wrk "$mode" "$1" "s3-$3-$2" "$4" "${PROXY_PID[$4]}" "/$2/item" "$WORK/$3.lua"
+  }
+  grpc_row() { measured measure_grpc "$mode" "$run" "$1" "${PROXY_PID[$1]}"; }
+  for ((run=1; run<=RUNS; run++)); do
+    if has_phase s2; then
+      for c in $AB_CONNS; do each "$run" s2 s2_row "$c"; done
+    fi
+    if has_phase s3; then
+      for ((k=1; k<=S3_ROUNDS; k++)); do
+        r=$(( (run-1)*S3_ROUNDS + k ))
+        for v in bare filtered; do
+          for m in get post; do each "$r" s3 s3_row "$r" "$v" "$m"; done
+        done
+      done
+    fi
+    if has_phase grpc; then each "$run" grpc grpc_row; fi
+  done
+  for t in "${up[@]}"; do
+    [[ $t == direct ]] && continue
+    for f in "$WORK/$t/"*.conf "$WORK/$t/"*.cfg "$WORK/$t/"*.yaml; do [[ -e $f ]] && cp "$f" "$OUT/raw/$t-${f##*/}"; done
+    stop_pid "${PROXY_PID[$t]}"; forget_pid "${PROXY_PID[$t]}"
   done
   cp "$WORK/backend/nginx.conf" "$OUT/raw/backend-nginx.conf"
   stop_pid "$BPID"; forget_pid "$BPID"

@@ -7,6 +7,7 @@ usage: report.py --peers peers/results.csv --gateway gateway/results.csv [--note
 """
 import argparse
 import csv
+import statistics
 from collections import defaultdict
 
 PROXIES = ["nginx", "haproxy", "weir"]
@@ -17,7 +18,8 @@ NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p
 
 
 def load(path, foreign_max):
-    """{(mode, phase, conns, rate): {target: averaged row}} over runs; 'candidate' becomes 'weir'."""
+    """{(mode, phase, conns, rate): {target: row}} over runs and rounds, each number the median (one
+    burst of other tenants' load moves a mean, not a median of three); 'candidate' becomes 'weir'."""
     acc = defaultdict(lambda: defaultdict(list))
     with open(path) as f:
         for r in csv.DictReader(f):
@@ -30,7 +32,7 @@ def load(path, foreign_max):
             avg = {}
             for k in NUM:
                 vals = [float(r[k]) for r in rows if r.get(k) not in (None, "")]
-                avg[k] = sum(vals) / len(vals) if vals else None
+                avg[k] = statistics.median(vals) if vals else None
             avg["max_ms"] = max((float(r["max_ms"]) for r in rows if r.get("max_ms")), default=None)
             avg["flag"] = " (!)" if any(float(r["foreign_cores"] or 0) > foreign_max for r in rows) else ""
             avg["runs"] = len(rows)
@@ -100,7 +102,9 @@ def main():
                         d = g.get((f"s3-{meth}-bare", c, rate), {}).get("direct")
                         what = "route only" if var == "bare" else "+ AddQueryParameter + set header"
                         body = " (JSON body)" if meth == "post" else ""
-                        rows.append(("S3", f"{meth.upper()}{body} {what}, wrk -c{c}", by_t, d))
+                        n = max(r["runs"] for r in by_t.values())
+                        of = f", median of {n}" if n > 1 else ""
+                        rows.append(("S3", f"{meth.upper()}{body} {what}, wrk -c{c}{of}", by_t, d))
         for (ph, c, rate), by_t in p.items():
             if ph == "h2":
                 rows.append(("S6", f"h2c, h2load {c} conns (HTTP/1.1 upstream)", by_t, by_t.get("direct")))
