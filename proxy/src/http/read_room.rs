@@ -38,14 +38,18 @@ pub fn make(buf: &mut BytesMut, min: usize, grow: usize) {
     }
 }
 
-/// Ends a connection's hold on `buf` once a message is read and answered, if nothing of the next
-/// one is in it: the buffer goes to the thread's spares when nothing else shares it (else it is
+/// Ends a front connection's hold on `buf` once a request is read and answered, if nothing of the
+/// next one is in it: the buffer goes to the thread's spares when nothing else shares it (else it is
 /// freed with the last body or head that does), and `buf` is left without one.
 ///
 /// The next read on any connection of this thread then lands in memory the last message was
 /// read into, still in the CPU's cache, rather than in this connection's own buffer, untouched
 /// since its previous request (nginx frees and reallocates its header buffer per request for
 /// the same reason). An idle connection holds no read buffer at all.
+///
+/// An upstream connection keeps its buffer: when it comes home the response's head and body
+/// still share the buffer, which would be freed with them rather than given back (a fresh
+/// 16 KiB allocation per request cost ~400 instructions, more than the warm reads saved).
 pub fn give_back(buf: &mut BytesMut) {
     if !buf.is_empty() || buf.capacity() == 0 {
         return;

@@ -73,7 +73,8 @@ pub trait Home: Send + Sync {
 /// One upstream HTTP/1.1 connection and the buffers it reuses.
 pub struct Conn {
     io: TcpStream,
-    /// Held while a response is read, then given back to the thread (`read_room`).
+    /// Kept while the connection is idle: the response's head and body still share it when it
+    /// comes home, and a buffer the thread lent would be freed with them, not given back.
     rbuf: BytesMut,
     wbuf: Vec<u8>,
 }
@@ -342,10 +343,9 @@ fn respond(
     resp
 }
 
-fn checkin(mut conn: Box<Conn>, keep_alive: bool, home: &dyn Home) {
+fn checkin(conn: Box<Conn>, keep_alive: bool, home: &dyn Home) {
     // Bytes after the response were never asked for: the connection is out of step.
     if keep_alive && conn.rbuf.is_empty() {
-        read_room::give_back(&mut conn.rbuf);
         home.checkin(conn);
     }
 }

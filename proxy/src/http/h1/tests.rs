@@ -100,12 +100,7 @@ async fn one_connection_carries_request_after_request() {
         assert_eq!(resp.headers()["x-n"], i.to_string().as_str());
         // The body was whole in the buffer: the connection is home before the body is read.
         conn = home.take();
-        let c = conn
-            .as_ref()
-            .unwrap_or_else(|| panic!("request {i}: connection not returned"));
-        // Its read buffer went back to the thread (the body still shares it): an idle
-        // connection holds none.
-        assert_eq!(c.rbuf.capacity(), 0, "request {i}");
+        assert!(conn.is_some(), "request {i}: connection not returned");
         assert_eq!(collect(resp).await.0, format!("r{i}"));
     }
 }
