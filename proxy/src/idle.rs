@@ -27,6 +27,7 @@ use crate::{
 
 mod body;
 mod splice;
+mod watchdog;
 
 pub use body::{IdleBody, Touched};
 pub use splice::{for_upgrade, splice, SpliceIdle};
@@ -58,8 +59,8 @@ where
         Err(body) => {
             // Nothing moves before the head but the head itself: the wait is a plain timeout,
             // and the response body's clock starts when the head arrives. The common small
-            // exchange pays one timer and no allocation.
-            let resp = tokio::time::timeout(timeout, send(body))
+            // exchange pays a slot in the thread's deadline table and no allocation.
+            let resp = watchdog::timeout(timeout, send(body))
                 .await
                 .map_err(|_| ProxyError::Timeout(TimeoutKind::Idle))??;
             return Ok(watched(resp, || Arc::new(IdleClock::new(timeout)), metrics));
