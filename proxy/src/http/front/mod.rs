@@ -70,6 +70,8 @@ struct Front {
     wbuf: Vec<u8>,
     /// Fires to park an idle connection, then to close it; reset only when it fires.
     quiet: Pin<Box<Sleep>>,
+    /// `quiet`'s deadline when it was last polled (it holds this task's waker until then).
+    quiet_at: Option<Instant>,
     /// Resolves when shutdown begins. Made once per connection: a wait made afresh between
     /// every two requests registered with (and left) the drain channel each time.
     draining: Shutdown,
@@ -89,6 +91,7 @@ where
         rbuf,
         wbuf: Vec::new(),
         quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
+        quiet_at: None,
         draining: drain.shutdown(),
         parked: None,
     };
@@ -137,6 +140,14 @@ fn write_failed(e: WriteError) -> io::Error {
             "response body shorter than its length",
         ),
     }
+}
+
+/// What ended a wait between requests.
+enum Woke {
+    /// The socket turned readable (`false`: it failed).
+    Readable(bool),
+    Draining,
+    Quiet,
 }
 
 /// The body's first frame if it is ready without waiting.
@@ -230,15 +241,36 @@ impl Front {
     /// has been quiet for `park_after`; `false` when it should close.
     async fn idle(&mut self, cfg: &ServerConfig) -> bool {
         let since = Instant::now();
+        // The quiet timer keeps this task's waker from its last poll until it fires, and it does
+        // not fire before its deadline: until then a wait need not poll it (its entry is memory
+        // of its own per connection, out of the CPU's cache with a few hundred of them) unless a
+        // wake-up finds nothing else ready.
+        let mut watch_quiet = self.quiet_at.is_none_or(|at| since >= at);
         loop {
-            tokio::select! {
-                biased;
-                r = self.io.readable() => {
-                    self.parked = None;
-                    return r.is_ok();
+            let woke = poll_fn(|cx| {
+                if let Poll::Ready(r) = self.io.poll_read_ready(cx) {
+                    return Poll::Ready(Woke::Readable(r.is_ok()));
                 }
-                () = &mut self.draining => return false,
-                () = self.quiet.as_mut() => {
+                if Pin::new(&mut self.draining).poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Draining);
+                }
+                if watch_quiet {
+                    if self.quiet.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Quiet);
+                    }
+                    self.quiet_at = Some(self.quiet.deadline());
+                }
+                watch_quiet = true;
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Woke::Readable(ok) => {
+                    self.parked = None;
+                    return ok;
+                }
+                Woke::Draining => return false,
+                Woke::Quiet => {
                     let quiet = since.elapsed();
                     if quiet >= cfg.idle_timeout {
                         return false;
@@ -254,6 +286,7 @@ impl Front {
                         since + cfg.park_after
                     };
                     self.quiet.as_mut().reset(next);
+                    watch_quiet = true;
                 }
             }
         }
