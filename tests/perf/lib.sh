@@ -48,6 +48,20 @@ port_busy() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
 
 # raises the fd limit as far as allowed; sets FDLIM, NGX_CONNS (nginx worker_connections) and
 # HAP_MAXCONN (HAProxy maxconn: two fds per proxied connection, 40,000 at most)
+# installs the Debian packages of the commands missing (as root), or fails naming them.
+# args: command:package ...
+install_missing() {
+  local c need=()
+  for c in "$@"; do command -v "${c%%:*}" >/dev/null || need+=("${c#*:}"); done
+  ((${#need[@]})) || return 0
+  [[ $(id -u) == 0 ]] || die "missing packages: ${need[*]}"
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "${need[@]}" >/dev/null 2>&1; } ||
+    die "apt-get install ${need[*]} failed"
+}
+
 raise_fd_limit() {
   ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536
