@@ -39,9 +39,10 @@ declare -a STARTED=()
 trap cleanup EXIT
 
 # Build scripts run instrumented too: their profiles go elsewhere (LLVM_PROFILE_FILE below
-# names the proxy's own).
+# names the proxy's own). A path that stays the same keeps the instrumented build incremental;
+# the optimised build's flags name this run's profile, so a new profile always rebuilds it.
 log "pgo: instrumented build into $TARGET/pgo-gen"
-(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$WORK/build-profiles" \
+(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$TARGET/pgo-gen/build-profiles" \
   CARGO_TARGET_DIR=$TARGET/pgo-gen cargo build --release -q -p weir-proxy)
 
 write_backend_conf 1
