@@ -50,22 +50,8 @@ declare -A PORT=( [direct]=$P_B1 [nginx]=$((BASE_PORT+11)) [haproxy]=$((BASE_POR
 declare -A H2PORT=( [direct]=$P_GBE [nginx]=$((BASE_PORT+21)) [haproxy]=$((BASE_PORT+22)) [weir]=$((BASE_PORT+13)) )
 [[ " $TARGETS " == *" weir "* && ! -x $WEIR_BIN ]] && die "WEIR_BIN='$WEIR_BIN' is not an executable weir-proxy"
 
-need_pkgs=()
-command -v ab      >/dev/null || need_pkgs+=(apache2-utils)
-command -v wrk     >/dev/null || need_pkgs+=(wrk)
-command -v h2load  >/dev/null || need_pkgs+=(nghttp2-client)
-command -v nginx   >/dev/null || need_pkgs+=(nginx)
-command -v haproxy >/dev/null || need_pkgs+=(haproxy)
-command -v curl    >/dev/null || need_pkgs+=(curl)
-command -v taskset >/dev/null || need_pkgs+=(util-linux)
-if ((${#need_pkgs[@]})); then
-  if [[ $NO_INSTALL == 1 || $(id -u) != 0 ]]; then die "missing packages: ${need_pkgs[*]}"; fi
-  log "installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1 ||
-    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1; } ||
-    die "apt-get install ${need_pkgs[*]} failed"
-fi
+install_missing ab:apache2-utils wrk:wrk h2load:nghttp2-client nginx:nginx haproxy:haproxy \
+  curl:curl taskset:util-linux
 
 raise_fd_limit
 NCPU=$(nproc)

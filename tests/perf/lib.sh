@@ -48,13 +48,16 @@ port_busy() { ss -ltnH "sport = :$1" 2>/dev/null | grep -q .; }
 
 # raises the fd limit as far as allowed; sets FDLIM, NGX_CONNS (nginx worker_connections) and
 # HAP_MAXCONN (HAProxy maxconn: two fds per proxied connection, 40,000 at most)
-# installs the Debian packages of the commands missing (as root), or fails naming them.
-# args: command:package ...
+# installs the Debian packages of the commands (or, for a name with a slash, files) missing, as
+# root unless NO_INSTALL=1; else fails naming them. args: command:package ... /a/file:package ...
 install_missing() {
   local c need=()
-  for c in "$@"; do command -v "${c%%:*}" >/dev/null || need+=("${c#*:}"); done
+  for c in "$@"; do
+    if [[ ${c%%:*} == */* ]]; then [[ -e ${c%%:*} ]] || need+=("${c#*:}")
+    else command -v "${c%%:*}" >/dev/null || need+=("${c#*:}"); fi
+  done
   ((${#need[@]})) || return 0
-  [[ $(id -u) == 0 ]] || die "missing packages: ${need[*]}"
+  [[ ${NO_INSTALL:-0} != 1 && $(id -u) == 0 ]] || die "missing packages: ${need[*]}"
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 ||
