@@ -48,6 +48,12 @@ def ratio(a, b):
     return "-" if not a or not b else f"{a['rps'] / b['rps']:.2f}" if b["rps"] else "-"
 
 
+def of(by_t):
+    """', median of N' when a row's numbers are medians of several rounds."""
+    n = max(r["runs"] for r in by_t.values())
+    return f", median of {n}" if n > 1 else ""
+
+
 def main_table(rows):
     """rows: [(scenario, load, {target: row}, direct row)]"""
     lines = ["| scenario | load | direct req/s | nginx req/s (÷direct) | HAProxy req/s (÷direct) "
@@ -90,7 +96,7 @@ def main():
         rows = []
         for (ph, c, rate), by_t in sorted(p.items(), key=lambda kv: int(kv[0][1] or 0)):
             if ph == "h1":
-                rows.append(("S1", f"HTTP/1.1 keep-alive, wrk -c{c}", by_t, by_t.get("direct")))
+                rows.append(("S1", f"HTTP/1.1 keep-alive, wrk -c{c}{of(by_t)}", by_t, by_t.get("direct")))
         for (ph, c, rate), by_t in sorted(g.items(), key=lambda kv: int(kv[0][1] or 0)):
             if ph == "s2":
                 rows.append(("S2", f"/auth-service rewrite → 2 endpoints, no keep-alive, ab -c{c}",
@@ -102,12 +108,10 @@ def main():
                         d = g.get((f"s3-{meth}-bare", c, rate), {}).get("direct")
                         what = "route only" if var == "bare" else "+ AddQueryParameter + set header"
                         body = " (JSON body)" if meth == "post" else ""
-                        n = max(r["runs"] for r in by_t.values())
-                        of = f", median of {n}" if n > 1 else ""
-                        rows.append(("S3", f"{meth.upper()}{body} {what}, wrk -c{c}{of}", by_t, d))
+                        rows.append(("S3", f"{meth.upper()}{body} {what}, wrk -c{c}{of(by_t)}", by_t, d))
         for (ph, c, rate), by_t in p.items():
             if ph == "h2":
-                rows.append(("S6", f"h2c, h2load {c} conns (HTTP/1.1 upstream)", by_t, by_t.get("direct")))
+                rows.append(("S6", f"h2c, h2load {c} conns (HTTP/1.1 upstream){of(by_t)}", by_t, by_t.get("direct")))
         for (ph, c, rate), by_t in g.items():
             if ph == "grpc":
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
@@ -167,7 +171,7 @@ def s5_table(p):
         if ph != "rate":
             continue
         d = by_t.get("direct")
-        out += ["", f"S5 fixed rate {rate} req/s over {c} connections: latency in ms and added over direct", "",
+        out += ["", f"S5 fixed rate {rate} req/s over {c} connections{of(by_t)}: latency in ms and added over direct", "",
                 "| target | p50 | p99 | p99.9 | +p50 | +p99 | +p99.9 | CPU µs/req |", "|---|---|---|---|---|---|---|---|"]
         for t in TARGETS:
             r = by_t.get(t)
