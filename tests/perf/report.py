@@ -40,6 +40,69 @@ def load(path, foreign_max):
     return out
 
 
+def by_round(path):
+    """{(mode, phase, conns, rate): {round: {target: row}}}: the rows as measured, for the
+    round-by-round comparison ('candidate' becomes 'weir')."""
+    out = defaultdict(lambda: defaultdict(dict))
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            t = "weir" if r["target"] == "candidate" else r["target"]
+            out[(r["mode"], r["phase"], r["conns"], r["rate"])][r["run"]][t] = r
+    return out
+
+
+def rounds_table(p_rounds, g_rounds, mode):
+    """The bar's comparisons within each round: the rows of one round are measured within a
+    minute of each other, so a slow spell of the machine moves them together."""
+    lines = []
+
+    def num(r, k):
+        return float(r[k]) if r.get(k) not in (None, "") else None
+
+    def row(label, rounds, fn):
+        vals = []
+        for _, by_t in sorted(rounds.items(), key=lambda kv: int(kv[0])):
+            v = fn(by_t)
+            if v is not None:
+                vals.append(v)
+        if len(vals) > 1:
+            lines.append(f"| {label} | {' · '.join(f'{v:.2f}' for v in vals)} | {statistics.median(vals):.2f} |")
+
+    def cpu(by_t):
+        w, peers = by_t.get("weir"), [by_t.get(t) for t in ("nginx", "haproxy")]
+        if not w or not all(peers):
+            return None
+        low = min(num(r, "proxy_us_req") for r in peers)
+        return num(w, "proxy_us_req") / low if low else None
+
+    def tput(by_t):
+        w, n = by_t.get("weir"), by_t.get("nginx")
+        return num(w, "rps") / num(n, "rps") if w and n and num(n, "rps") else None
+
+    def added_p99(by_t):
+        w, n, d = by_t.get("weir"), by_t.get("nginx"), by_t.get("direct")
+        if not (w and n and d):
+            return None
+        return (num(w, "p99_ms") - num(d, "p99_ms")) - (num(n, "p99_ms") - num(d, "p99_ms"))
+
+    for (m, ph, c, _), rounds in sorted(p_rounds.items(), key=lambda kv: int(kv[0][2] or 0)):
+        if m == mode and ph == "h1":
+            row(f"S1 -c{c} weir's CPU ÷ the lower peer's", rounds, cpu)
+            row(f"S1 -c{c} weir's req/s ÷ nginx's", rounds, tput)
+    order = ["s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"]
+    s3 = [(k, v) for k, v in g_rounds.items() if k[0] == mode and k[1] in order]
+    for (m, ph, c, _), rounds in sorted(s3, key=lambda kv: order.index(kv[0][1])):
+        row(f"S3 {ph[3:]} weir's CPU ÷ the lower peer's", rounds, cpu)
+    for (m, ph, c, _), rounds in p_rounds.items():
+        if m == mode and ph == "rate":
+            row("S5 weir's added p99 − nginx's (ms)", rounds, added_p99)
+    if not lines:
+        return []
+    return ["", "The bar's comparisons round by round (each round's rows are measured within a minute of each "
+            "other; the bar below uses the medians of the rounds, as the tables above):", "",
+            "| comparison | rounds | median |", "|---|---|---|"] + lines
+
+
 def fmt(x, spec="{:,.0f}"):
     return "-" if x is None else spec.format(x)
 
@@ -86,6 +149,8 @@ def main():
     a = ap.parse_args()
     P = load(a.peers, a.foreign_max) if a.peers else {}
     G = load(a.gateway, a.foreign_max) if a.gateway else {}
+    PR = by_round(a.peers) if a.peers else {}
+    GR = by_round(a.gateway) if a.gateway else {}
     modes = sorted({k[0] for k in list(P) + list(G)})
     out = []
     for mode in modes:
@@ -116,7 +181,8 @@ def main():
             if ph == "grpc":
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
         out += main_table(rows)
-        out += s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p) + bar(p, g)
+        out += s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p)
+        out += rounds_table(PR, GR, mode) + bar(p, g)
     notes = []
     for n in a.notes:
         try:
