@@ -8,32 +8,56 @@ use crate::model::NameValue;
 /// Appends the parameter, keeping any existing ones (a repeated name is appended, not replaced).
 pub(super) fn apply(param: &NameValue, parts: &mut request::Parts) {
     let path = parts.uri.path();
-    let query = parts.uri.query();
-    let mut pq = String::with_capacity(
-        path.len() + query.map_or(0, str::len) + 3 * (param.name.len() + param.value.len()) + 2,
-    );
+    let query = parts.uri.query().filter(|q| !q.is_empty());
+    // Sized exactly: `Bytes::from` a `String` with spare room reallocates to shed it.
+    let len = path.len()
+        + query.map_or(0, |q| q.len() + 1)
+        + 2
+        + encoded_len(&param.name)
+        + encoded_len(&param.value);
+    let mut pq = String::with_capacity(len);
     pq.push_str(path);
     pq.push('?');
-    if let Some(q) = query.filter(|q| !q.is_empty()) {
+    if let Some(q) = query {
         pq.push_str(q);
         pq.push('&');
     }
     encode_into(&param.name, &mut pq);
     pq.push('=');
     encode_into(&param.value, &mut pq);
+    debug_assert_eq!(pq.len(), len);
 
-    let mut uri = parts.uri.clone().into_parts();
     // Encoding leaves only unreserved characters and escapes, which always form a valid URI.
-    match PathAndQuery::from_maybe_shared(Bytes::from(pq)).map(|pq| {
-        uri.path_and_query = Some(pq);
-        Uri::from_parts(uri)
-    }) {
-        Ok(Ok(rewritten)) => parts.uri = rewritten,
-        _ => tracing::warn!(
+    let Ok(pq) = PathAndQuery::from_maybe_shared(Bytes::from(pq)) else {
+        tracing::warn!(
+            name = param.name,
+            "AddQueryParameter produced an invalid URI; URI kept"
+        );
+        return;
+    };
+    if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
+        // The origin form every HTTP/1.1 request line carries: the path and query are the URI.
+        parts.uri = Uri::from(pq);
+        return;
+    }
+    let mut uri = parts.uri.clone().into_parts();
+    uri.path_and_query = Some(pq);
+    match Uri::from_parts(uri) {
+        Ok(rewritten) => parts.uri = rewritten,
+        Err(_) => tracing::warn!(
             name = param.name,
             "AddQueryParameter produced an invalid URI; URI kept"
         ),
     }
+}
+
+/// The length of `s` once [`encode_into`] has escaped it.
+fn encoded_len(s: &str) -> usize {
+    s.bytes().map(|b| if unreserved(b) { 1 } else { 3 }).sum()
+}
+
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
 
 /// RFC 3986 percent-encoding: everything but the unreserved set is escaped, so `&`, `=`, `+` and
@@ -41,7 +65,7 @@ pub(super) fn apply(param: &NameValue, parts: &mut request::Parts) {
 fn encode_into(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if unreserved(b) {
             out.push(char::from(b));
         } else {
             out.push('%');
@@ -92,5 +116,20 @@ mod tests {
     #[test]
     fn keeps_scheme_and_authority_of_an_absolute_uri() {
         assert_eq!(add("http://h:81/p?a=1", "b", "2"), "http://h:81/p?a=1&b=2");
+        assert_eq!(add("http://h:81", "b", "2"), "http://h:81/?b=2");
+    }
+
+    #[test]
+    fn the_rewritten_origin_form_is_whole() {
+        let mut parts = request("GET", "/p/q?a=1", &[]);
+        let param = NameValue {
+            name: "b c".into(),
+            value: "2".into(),
+        };
+        apply(&param, &mut parts);
+        assert_eq!(parts.uri.path(), "/p/q");
+        assert_eq!(parts.uri.query(), Some("a=1&b%20c=2"));
+        assert_eq!(parts.uri.scheme(), None);
+        assert_eq!(parts.uri.authority(), None);
     }
 }
