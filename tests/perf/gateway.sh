@@ -111,10 +111,10 @@ for mode in $PIN_MODES; do
   # measured target after target: a burst of other tenants' load then lands on one row of every
   # target, not on every row of one target (measured target by target, nginx's S3 CPU once went
   # from 20.3 to 32.0 us/request between two rows of the same run).
-  declare -A PROXY_PID=() OK=()
-  up=()
+  declare -A PROXY_PID=() CAN=()
+  UP=() MODE=$mode
   for t in $TARGETS; do
-    if [[ $t == direct ]]; then PROXY_PID[$t]=""; up+=("$t"); continue; fi
+    if [[ $t == direct ]]; then PROXY_PID[$t]=""; UP+=("$t"); continue; fi
     write_target_conf "$t" "$PX_W"
     start_target "$t" "$PX_W" "$PX_CPUS"; PROXY_PID[$t]=$LAST_PID
     tries=100; [[ $t == weir ]] && tries=$((WEIR_READY_S*10))
@@ -122,22 +122,11 @@ for mode in $PIN_MODES; do
       log "!! $t did not come up on ${PORT[$t]}; log tail:"; tail -5 "$WORK/$t/logs/"* >&2 2>/dev/null
       echo "$mode $t: did not start" >> "$NOTES"; stop_pid "$LAST_PID"; forget_pid "$LAST_PID"; continue
     fi
-    up+=("$t")
+    UP+=("$t")
   done
-  for t in "${up[@]}"; do
-    for ph in $PHASES; do checked "$t" "$ph" && OK[$t.$ph]=1; done
+  for t in "${UP[@]}"; do
+    for ph in $PHASES; do checked "$t" "$ph" && CAN[$t.$ph]=1; done
   done
-  # each run and round visits the targets in a rotated order, so none is always measured first
-  rotated() { local k=$1 n=${#up[@]} i; for ((i=0; i<n; i++)); do echo "${up[(i+k)%n]}"; done; }
-  each() { # round phase fn args... - fn for every target measured in the phase, in rotated order
-    local r=$1 ph=$2 t; shift 2
-    for t in $(rotated "$r"); do
-      [[ -n ${OK[$t.$ph]:-} ]] || continue
-      wait_quiet
-      log "--- mode=$mode round=$r target=$t (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
-      "$@" "$t"
-    done
-  }
   s2_row() { measured measure_ab "$mode" "$run" "$2" "$1" "${PROXY_PID[$2]}"; }
   s3_row() { # round variant method target
     [[ $4 == direct && $2 == filtered ]] && return
@@ -158,7 +147,7 @@ for mode in $PIN_MODES; do
     fi
     if has_phase grpc; then each "$run" grpc grpc_row; fi
   done
-  for t in "${up[@]}"; do
+  for t in "${UP[@]}"; do
     [[ $t == direct ]] && continue
     for f in "$WORK/$t/"*.conf "$WORK/$t/"*.cfg "$WORK/$t/"*.yaml; do [[ -e $f ]] && cp "$f" "$OUT/raw/$t-${f##*/}"; done
     stop_pid "${PROXY_PID[$t]}"; forget_pid "${PROXY_PID[$t]}"

@@ -178,3 +178,19 @@ wait_quiet() {
   done
   return 0
 }
+
+# Interleaved rounds (peers.sh, gateway.sh): the caller fills the array UP with the targets that
+# are running and the associative array CAN with "<target>.<need>" for what each can serve, and
+# sets MODE. Each round visits the targets in an order rotated by the round number, so none is
+# always measured first.
+rotated() { local k=$1 n=${#UP[@]} i; for ((i=0; i<n; i++)); do echo "${UP[(i+k)%n]}"; done; }
+each() { # round need fn args... - "fn args... target" for every target (that has CAN[target.need]
+         # unless need is empty) in rotated order, each after the machine is quiet
+  local r=$1 need=$2 t; shift 2
+  for t in $(rotated "$r"); do
+    [[ -z $need || -n ${CAN[$t.$need]:-} ]] || continue
+    wait_quiet
+    log "--- mode=$MODE round=$r ${1%_row} ${*:2} target=$t (loadavg $(cut -d' ' -f1-3 /proc/loadavg))"
+    "$@" "$t"
+  done
+}

@@ -17,16 +17,26 @@ NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p
        "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores"]
 
 
-def load(path, foreign_max):
-    """{(mode, phase, conns, rate): {target: row}} over runs and rounds, each number the median (one
-    burst of other tenants' load moves a mean, not a median of three); 'candidate' becomes 'weir'."""
-    acc = defaultdict(lambda: defaultdict(list))
+def by_round(path):
+    """{(mode, phase, conns, rate): {round: {target: row}}}: the rows as measured, for the
+    round-by-round comparison ('candidate' becomes 'weir')."""
+    out = defaultdict(lambda: defaultdict(dict))
     with open(path) as f:
         for r in csv.DictReader(f):
             t = "weir" if r["target"] == "candidate" else r["target"]
-            acc[(r["mode"], r["phase"], r["conns"], r["rate"])][t].append(r)
+            out[(r["mode"], r["phase"], r["conns"], r["rate"])][r["run"]][t] = r
+    return out
+
+
+def load(rounds, foreign_max):
+    """{(mode, phase, conns, rate): {target: row}} over the runs and rounds of `by_round`, each
+    number the median (one burst of other tenants' load moves a mean, not a median of three)."""
     out = {}
-    for key, by_t in acc.items():
+    for key, by_run in rounds.items():
+        by_t = defaultdict(list)
+        for row in by_run.values():
+            for t, r in row.items():
+                by_t[t].append(r)
         out[key] = {}
         for t, rows in by_t.items():
             avg = {}
@@ -37,17 +47,6 @@ def load(path, foreign_max):
             avg["flag"] = " (!)" if any(float(r["foreign_cores"] or 0) > foreign_max for r in rows) else ""
             avg["runs"] = len(rows)
             out[key][t] = avg
-    return out
-
-
-def by_round(path):
-    """{(mode, phase, conns, rate): {round: {target: row}}}: the rows as measured, for the
-    round-by-round comparison ('candidate' becomes 'weir')."""
-    out = defaultdict(lambda: defaultdict(dict))
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            t = "weir" if r["target"] == "candidate" else r["target"]
-            out[(r["mode"], r["phase"], r["conns"], r["rate"])][r["run"]][t] = r
     return out
 
 
@@ -147,10 +146,9 @@ def main():
     ap.add_argument("--notes", action="append", default=[])
     ap.add_argument("--foreign-max", type=float, default=0.15)
     a = ap.parse_args()
-    P = load(a.peers, a.foreign_max) if a.peers else {}
-    G = load(a.gateway, a.foreign_max) if a.gateway else {}
     PR = by_round(a.peers) if a.peers else {}
     GR = by_round(a.gateway) if a.gateway else {}
+    P, G = load(PR, a.foreign_max), load(GR, a.foreign_max)
     modes = sorted({k[0] for k in list(P) + list(G)})
     out = []
     for mode in modes:
