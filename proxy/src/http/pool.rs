@@ -2,11 +2,16 @@
 //! is reused and the rest can idle out) and one multiplexed HTTP/2 connection.
 //!
 //! HTTP/1 goes through our own client (`h1`): a pooled connection is a socket and its buffers,
-//! with no task of its own. An idle one still holds up to ~20 KiB of read buffer, so a burst of
-//! concurrent requests must not leave hundreds of them open. Beyond `max_idle`, the least recently used idle connections are closed once
-//! they sat unused for `SURPLUS_IDLE` (not at once: under steady load the idle count swings past
-//! any small cap, and closing there would make requests pay for new connections); the rest are
-//! closed when they expire.
+//! with no task of its own. A connection idle for `SLIM_AFTER` lets go of its buffers (~20 KiB),
+//! so after a burst of concurrent requests the memory comes back within a second while the
+//! connections stay open. Beyond `max_idle`, the least recently used idle connections are closed
+//! once they sat unused for `SURPLUS_IDLE`; the rest are closed when they expire.
+//!
+//! `SURPLUS_IDLE` is long on purpose. Under steady load the number of requests in flight swings,
+//! and with a LIFO pool the connections at the bottom go unused for a while; at 500 ms (as it
+//! was) a steady 500-connection load closed dozens of them and opened them again moments later,
+//! and a new connection waits in the endpoint's accept queue (nginx accepts one per pass of its
+//! event loop): ~0.1% of requests took 100–600 ms instead of ~20.
 
 use std::{
     collections::HashMap,
@@ -37,7 +42,10 @@ pub enum UpstreamProto {
 }
 
 /// How long an idle connection beyond `max_idle` may wait for a request before it is closed.
-pub const SURPLUS_IDLE: Duration = Duration::from_millis(500);
+pub const SURPLUS_IDLE: Duration = Duration::from_secs(10);
+
+/// How long an idle connection keeps its buffers.
+pub const SLIM_AFTER: Duration = Duration::from_millis(500);
 
 /// Idle connections kept at most per endpoint, whatever `max_idle` says, until a sweep runs.
 const HARD_IDLE_LIMIT: usize = 1024;
@@ -57,6 +65,13 @@ pub struct PoolConfig {
 struct Idle {
     conn: Box<h1::Conn>,
     since: Instant,
+}
+
+/// What one pass over an endpoint's idle connections did.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tidied {
+    closed: usize,
+    slimmed: usize,
 }
 
 /// An upstream connection acquired for one request.
@@ -198,10 +213,11 @@ impl EndpointPool {
     }
 
     /// Closes idle connections that expired, that the endpoint closed, or that are surplus
-    /// (beyond `max_idle` and unused for `SURPLUS_IDLE`); returns how many.
-    fn close_expired(&self, now: Instant) -> usize {
+    /// (beyond `max_idle` and unused for `SURPLUS_IDLE`), and lets the ones idle for
+    /// `SLIM_AFTER` go of their buffers; returns how many were closed and how many slimmed.
+    fn close_expired(&self, now: Instant) -> Tidied {
         let Ok(mut idle) = self.idle.lock() else {
-            return 0;
+            return Tidied::default();
         };
         let before = idle.len();
         let timeout = self.config.idle_timeout;
@@ -213,7 +229,16 @@ impl EndpointPool {
             .take_while(|c| now.duration_since(c.since) >= SURPLUS_IDLE)
             .count();
         idle.drain(..stale);
-        before - idle.len()
+        let slimmed = idle
+            .iter_mut()
+            .take_while(|c| now.duration_since(c.since) >= SLIM_AFTER)
+            .map(|c| c.conn.slim())
+            .filter(|&slimmed| slimmed)
+            .count();
+        Tidied {
+            closed: before - idle.len(),
+            slimmed,
+        }
     }
 
     /// Idle HTTP/1 connections held now.
@@ -352,10 +377,18 @@ impl Pools {
     }
 
     /// Closes every pool's expired and surplus idle connections (without it they would stay
-    /// open until a request came for that endpoint); returns how many were closed.
+    /// open until a request came for that endpoint) and slims the ones idle for a while; returns
+    /// how many were closed.
     pub fn close_expired(&self) -> usize {
         let now = Instant::now();
-        self.map.load().values().map(|p| p.close_expired(now)).sum()
+        let mut closed = 0;
+        for p in self.map.load().values() {
+            let t = p.close_expired(now);
+            closed += t.closed;
+            // Closed connections count themselves when dropped (`h1::Conn`).
+            crate::memory::released(t.slimmed as u64);
+        }
+        closed
     }
 
     /// Drops pools unused for `idle` (their connections close once in-flight requests end).

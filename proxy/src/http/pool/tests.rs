@@ -1,12 +1,17 @@
 //! The HTTP/1 idle pool over real sockets: idle connections beyond the cap are closed once unused
-//! for `SURPLUS_IDLE`, and expired ones by the sweep, not only skipped when a request comes.
+//! for `SURPLUS_IDLE`, expired ones by the sweep, not only skipped when a request comes, and idle
+//! ones let go of their buffers after `SLIM_AFTER` but stay open.
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering::SeqCst},
     Arc,
 };
 
-use tokio::{io::AsyncReadExt, net::TcpListener};
+use http_body_util::BodyExt;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
 
 use super::*;
 use crate::http::h1::Home;
@@ -75,9 +80,9 @@ async fn idle_connections_beyond_the_cap_close_once_unused_for_a_while() {
     }
     wait_open(&open, 5).await;
     // A swing past the cap under load is kept: the surplus may be needed a moment later.
-    assert_eq!(p.close_expired(Instant::now()), 0);
+    assert_eq!(p.close_expired(Instant::now()).closed, 0);
     assert_eq!(p.idle_count(), 5);
-    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 3);
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE).closed, 3);
     assert_eq!(p.idle_count(), 2);
     wait_open(&open, 2).await;
     // The two kept are reused, not replaced.
@@ -98,9 +103,9 @@ async fn the_surplus_closed_is_the_least_recently_used() {
     let t = Instant::now() + SURPLUS_IDLE;
     p.checkin(new);
     // Only the older one has been idle for SURPLUS_IDLE at `t` (give or take the clock).
-    let closed = p.close_expired(t);
+    let closed = p.close_expired(t).closed;
     assert!(closed <= 1);
-    assert_eq!(p.close_expired(t + SURPLUS_IDLE), 1 - closed);
+    assert_eq!(p.close_expired(t + SURPLUS_IDLE).closed, 1 - closed);
     assert_eq!(p.idle_count(), 1);
     wait_open(&open, 1).await;
 }
@@ -112,7 +117,7 @@ async fn a_cap_of_zero_keeps_no_idle_connection_past_the_grace() {
     let tx = fresh(&p).await;
     p.checkin(tx);
     wait_open(&open, 1).await;
-    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE), 1);
+    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE).closed, 1);
     assert_eq!(p.idle_count(), 0);
     wait_open(&open, 0).await;
 }
@@ -125,9 +130,13 @@ async fn expired_idle_connections_are_closed_by_the_sweep() {
     p.checkin(a);
     p.checkin(b);
     wait_open(&open, 2).await;
-    assert_eq!(p.close_expired(Instant::now()), 0, "nothing expired yet");
+    assert_eq!(
+        p.close_expired(Instant::now()).closed,
+        0,
+        "nothing expired yet"
+    );
     let later = Instant::now() + Duration::from_secs(30);
-    assert_eq!(p.close_expired(later), 2);
+    assert_eq!(p.close_expired(later).closed, 2);
     assert_eq!(p.idle_count(), 0);
     wait_open(&open, 0).await;
 }
@@ -142,7 +151,7 @@ async fn the_sweep_drops_connections_the_endpoint_closed() {
     drop(accept.await.expect("accept task").expect("accept"));
     // The close makes the idle socket readable; the sweep's probe finds it closed.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while p.close_expired(Instant::now()) == 0 {
+    while p.close_expired(Instant::now()).closed == 0 {
         assert!(
             Instant::now() < deadline,
             "the closed connection stayed idle"
@@ -150,4 +159,79 @@ async fn the_sweep_drops_connections_the_endpoint_closed() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(p.idle_count(), 0);
+}
+
+/// An endpoint that answers every request on a connection with a 2-byte body, counting the
+/// connections it accepted.
+async fn answering_endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = EndpointAddr(l.local_addr().expect("addr"));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, SeqCst);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 1024];
+                while let Ok(n @ 1..) = s.read(&mut buf).await {
+                    got.extend_from_slice(&buf[..n]);
+                    while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        got.drain(..end + 4);
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nOK";
+                        if s.write_all(ok).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// One GET through the pool, its body read to the end (which checks the connection back in);
+/// returns whether it went on a pooled connection.
+async fn get(p: &Arc<EndpointPool>) -> bool {
+    let conn = p.acquire(UpstreamProto::Http1).await.expect("connect");
+    let reused = matches!(conn, Conn::H1 { reused: true, .. });
+    let (parts, ()) = Request::get("/")
+        .header("host", "endpoint.test")
+        .body(())
+        .expect("request")
+        .into_parts();
+    let resp = p
+        .send(conn, Box::new(parts), ProxyBody::empty())
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"OK");
+    reused
+}
+
+#[tokio::test]
+async fn idle_connections_let_go_of_their_buffers_and_stay_open() {
+    let (addr, accepted) = answering_endpoint().await;
+    let p = pool(addr, 8);
+    assert!(!get(&p).await, "the first request connects");
+    assert_eq!(p.idle_count(), 1);
+    let nothing = Tidied::default();
+    assert_eq!(
+        p.close_expired(Instant::now()),
+        nothing,
+        "idle only a moment"
+    );
+    let later = Instant::now() + SLIM_AFTER;
+    let slimmed = Tidied {
+        closed: 0,
+        slimmed: 1,
+    };
+    assert_eq!(p.close_expired(later), slimmed, "idle a while: slimmed");
+    assert_eq!(p.close_expired(later), nothing, "nothing left to let go");
+    assert_eq!(p.idle_count(), 1, "a slimmed connection stays in the pool");
+    // It carries the next request on buffers borrowed afresh.
+    assert!(get(&p).await, "the slimmed connection is reused");
+    assert!(get(&p).await);
+    assert_eq!(accepted.load(SeqCst), 1, "no second connection was opened");
 }
