@@ -10,29 +10,42 @@ use std::sync::{
 use http_body_util::BodyExt;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
 };
 
 use super::*;
 use crate::http::h1::Home;
 
-/// An endpoint that accepts and holds connections, counting the ones the client has not closed.
-async fn endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
+/// An endpoint that runs `serve` on every connection it accepts, each in its own task.
+async fn listen<F, Fut>(serve: F) -> EndpointAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = EndpointAddr(l.local_addr().expect("addr"));
-    let open = Arc::new(AtomicUsize::new(0));
-    let count = open.clone();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            count.fetch_add(1, SeqCst);
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut buf = [0u8; 64];
-                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
-                count.fetch_sub(1, SeqCst);
-            });
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(serve(s));
         }
     });
+    addr
+}
+
+/// An endpoint that accepts and holds connections, counting the ones the client has not closed.
+async fn endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
+    let open = Arc::new(AtomicUsize::new(0));
+    let count = open.clone();
+    let addr = listen(move |mut s| {
+        count.fetch_add(1, SeqCst);
+        let count = count.clone();
+        async move {
+            let mut buf = [0u8; 64];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            count.fetch_sub(1, SeqCst);
+        }
+    })
+    .await;
     (addr, open)
 }
 
@@ -164,29 +177,26 @@ async fn the_sweep_drops_connections_the_endpoint_closed() {
 /// An endpoint that answers every request on a connection with a 2-byte body, counting the
 /// connections it accepted.
 async fn answering_endpoint() -> (EndpointAddr, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = EndpointAddr(l.local_addr().expect("addr"));
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            count.fetch_add(1, SeqCst);
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 1024];
-                while let Ok(n @ 1..) = s.read(&mut buf).await {
-                    got.extend_from_slice(&buf[..n]);
-                    while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                        got.drain(..end + 4);
-                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nOK";
-                        if s.write_all(ok).await.is_err() {
-                            return;
-                        }
+    let addr = listen(move |mut s| {
+        count.fetch_add(1, SeqCst);
+        async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while let Ok(n @ 1..) = s.read(&mut buf).await {
+                got.extend_from_slice(&buf[..n]);
+                while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    got.drain(..end + 4);
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nOK";
+                    if s.write_all(ok).await.is_err() {
+                        return;
                     }
                 }
-            });
+            }
         }
-    });
+    })
+    .await;
     (addr, accepted)
 }
 
