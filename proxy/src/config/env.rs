@@ -113,7 +113,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT",
-        "idle upstream HTTP/1 connections kept per endpoint; the least recently used beyond them close after 500ms unused (default 64)",
+        "idle upstream HTTP/1 connections kept per endpoint; the least recently used beyond them close after 10 s unused, so the swings of a steady load do not close and reopen connections (default 64)",
     ),
     (
         "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
