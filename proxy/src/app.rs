@@ -325,7 +325,7 @@ async fn sweep_pools(shared: Arc<Shared>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        shared.pools.close_expired();
+        shared.pools.tidy();
     }
 }
 

@@ -55,7 +55,7 @@ const HARD_IDLE_LIMIT: usize = 1024;
 pub struct PoolConfig {
     /// TCP connect deadline.
     pub connect_timeout: Duration,
-    /// Idle connections older than this are not reused, and `Pools::close_expired` closes them.
+    /// Idle connections older than this are not reused, and `Pools::tidy` closes them.
     pub idle_timeout: Duration,
     /// Idle HTTP/1 connections kept per endpoint for the whole `idle_timeout`; the least
     /// recently used beyond them are closed after `SURPLUS_IDLE`.
@@ -215,7 +215,7 @@ impl EndpointPool {
     /// Closes idle connections that expired, that the endpoint closed, or that are surplus
     /// (beyond `max_idle` and unused for `SURPLUS_IDLE`), and lets the ones idle for
     /// `SLIM_AFTER` go of their buffers; returns how many were closed and how many slimmed.
-    fn close_expired(&self, now: Instant) -> Tidied {
+    fn tidy(&self, now: Instant) -> Tidied {
         let Ok(mut idle) = self.idle.lock() else {
             return Tidied::default();
         };
@@ -379,11 +379,11 @@ impl Pools {
     /// Closes every pool's expired and surplus idle connections (without it they would stay
     /// open until a request came for that endpoint) and slims the ones idle for a while; returns
     /// how many were closed.
-    pub fn close_expired(&self) -> usize {
+    pub fn tidy(&self) -> usize {
         let now = Instant::now();
         let mut closed = 0;
         for p in self.map.load().values() {
-            let t = p.close_expired(now);
+            let t = p.tidy(now);
             closed += t.closed;
             // Closed connections count themselves when dropped (`h1::Conn`).
             crate::memory::released(t.slimmed as u64);

@@ -28,27 +28,25 @@ pub(super) fn apply(param: &NameValue, parts: &mut request::Parts) {
     debug_assert_eq!(pq.len(), len);
 
     // Encoding leaves only unreserved characters and escapes, which always form a valid URI.
-    let Ok(pq) = PathAndQuery::from_maybe_shared(Bytes::from(pq)) else {
-        tracing::warn!(
-            name = param.name,
-            "AddQueryParameter produced an invalid URI; URI kept"
-        );
-        return;
-    };
-    if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
-        // The origin form every HTTP/1.1 request line carries: the path and query are the URI.
-        parts.uri = Uri::from(pq);
-        return;
-    }
-    let mut uri = parts.uri.clone().into_parts();
-    uri.path_and_query = Some(pq);
-    match Uri::from_parts(uri) {
-        Ok(rewritten) => parts.uri = rewritten,
-        Err(_) => tracing::warn!(
+    match with_path_and_query(&parts.uri, Bytes::from(pq)) {
+        Some(rewritten) => parts.uri = rewritten,
+        None => tracing::warn!(
             name = param.name,
             "AddQueryParameter produced an invalid URI; URI kept"
         ),
     }
+}
+
+/// `uri` with its path and query replaced by `pq`, or `None` if that is not a valid URI.
+fn with_path_and_query(uri: &Uri, pq: Bytes) -> Option<Uri> {
+    let pq = PathAndQuery::from_maybe_shared(pq).ok()?;
+    if uri.scheme().is_none() && uri.authority().is_none() {
+        // The origin form every HTTP/1.1 request line carries: the path and query are the URI.
+        return Some(Uri::from(pq));
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(pq);
+    Uri::from_parts(parts).ok()
 }
 
 /// The length of `s` once [`encode_into`] has escaped it.

@@ -93,9 +93,9 @@ async fn idle_connections_beyond_the_cap_close_once_unused_for_a_while() {
     }
     wait_open(&open, 5).await;
     // A swing past the cap under load is kept: the surplus may be needed a moment later.
-    assert_eq!(p.close_expired(Instant::now()).closed, 0);
+    assert_eq!(p.tidy(Instant::now()).closed, 0);
     assert_eq!(p.idle_count(), 5);
-    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE).closed, 3);
+    assert_eq!(p.tidy(Instant::now() + SURPLUS_IDLE).closed, 3);
     assert_eq!(p.idle_count(), 2);
     wait_open(&open, 2).await;
     // The two kept are reused, not replaced.
@@ -116,9 +116,9 @@ async fn the_surplus_closed_is_the_least_recently_used() {
     let t = Instant::now() + SURPLUS_IDLE;
     p.checkin(new);
     // Only the older one has been idle for SURPLUS_IDLE at `t` (give or take the clock).
-    let closed = p.close_expired(t).closed;
+    let closed = p.tidy(t).closed;
     assert!(closed <= 1);
-    assert_eq!(p.close_expired(t + SURPLUS_IDLE).closed, 1 - closed);
+    assert_eq!(p.tidy(t + SURPLUS_IDLE).closed, 1 - closed);
     assert_eq!(p.idle_count(), 1);
     wait_open(&open, 1).await;
 }
@@ -130,7 +130,7 @@ async fn a_cap_of_zero_keeps_no_idle_connection_past_the_grace() {
     let tx = fresh(&p).await;
     p.checkin(tx);
     wait_open(&open, 1).await;
-    assert_eq!(p.close_expired(Instant::now() + SURPLUS_IDLE).closed, 1);
+    assert_eq!(p.tidy(Instant::now() + SURPLUS_IDLE).closed, 1);
     assert_eq!(p.idle_count(), 0);
     wait_open(&open, 0).await;
 }
@@ -143,13 +143,9 @@ async fn expired_idle_connections_are_closed_by_the_sweep() {
     p.checkin(a);
     p.checkin(b);
     wait_open(&open, 2).await;
-    assert_eq!(
-        p.close_expired(Instant::now()).closed,
-        0,
-        "nothing expired yet"
-    );
+    assert_eq!(p.tidy(Instant::now()).closed, 0, "nothing expired yet");
     let later = Instant::now() + Duration::from_secs(30);
-    assert_eq!(p.close_expired(later).closed, 2);
+    assert_eq!(p.tidy(later).closed, 2);
     assert_eq!(p.idle_count(), 0);
     wait_open(&open, 0).await;
 }
@@ -164,7 +160,7 @@ async fn the_sweep_drops_connections_the_endpoint_closed() {
     drop(accept.await.expect("accept task").expect("accept"));
     // The close makes the idle socket readable; the sweep's probe finds it closed.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while p.close_expired(Instant::now()).closed == 0 {
+    while p.tidy(Instant::now()).closed == 0 {
         assert!(
             Instant::now() < deadline,
             "the closed connection stayed idle"
@@ -227,18 +223,14 @@ async fn idle_connections_let_go_of_their_buffers_and_stay_open() {
     assert!(!get(&p).await, "the first request connects");
     assert_eq!(p.idle_count(), 1);
     let nothing = Tidied::default();
-    assert_eq!(
-        p.close_expired(Instant::now()),
-        nothing,
-        "idle only a moment"
-    );
+    assert_eq!(p.tidy(Instant::now()), nothing, "idle only a moment");
     let later = Instant::now() + SLIM_AFTER;
     let slimmed = Tidied {
         closed: 0,
         slimmed: 1,
     };
-    assert_eq!(p.close_expired(later), slimmed, "idle a while: slimmed");
-    assert_eq!(p.close_expired(later), nothing, "nothing left to let go");
+    assert_eq!(p.tidy(later), slimmed, "idle a while: slimmed");
+    assert_eq!(p.tidy(later), nothing, "nothing left to let go");
     assert_eq!(p.idle_count(), 1, "a slimmed connection stays in the pool");
     // It carries the next request on buffers borrowed afresh.
     assert!(get(&p).await, "the slimmed connection is reused");
