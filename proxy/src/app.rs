@@ -321,8 +321,7 @@ fn advertised(bound: SocketAddr) -> SocketAddr {
 /// Closes expired and surplus idle upstream connections and slims idle ones; often enough that
 /// a burst's buffers are gone (and trimmed, see `memory.rs`) about a second after the burst.
 async fn sweep_pools(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(crate::http::pool::SLIM_AFTER / 2);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = crate::clock::grid_interval(crate::http::pool::SLIM_AFTER / 2);
     loop {
         tick.tick().await;
         shared.pools.tidy();

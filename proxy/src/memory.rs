@@ -64,7 +64,7 @@ pub async fn trim_after_releases(every: Duration) {
         previous: start,
         waited: 0,
     };
-    let mut tick = tokio::time::interval(every);
+    let mut tick = crate::clock::grid_interval(every);
     loop {
         tick.tick().await;
         if clock.tick(RELEASES.load(Relaxed)) {

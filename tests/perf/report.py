@@ -14,7 +14,7 @@ PROXIES = ["nginx", "haproxy", "weir"]
 TARGETS = ["direct"] + PROXIES
 LABEL = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "weir": "weir"}
 NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
-       "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores"]
+       "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores", "steal_cores"]
 
 
 def by_round(path):
@@ -28,9 +28,10 @@ def by_round(path):
     return out
 
 
-def load(rounds, foreign_max):
+def load(rounds, foreign_max, steal_max):
     """{(mode, phase, conns, rate): {target: row}} over the runs and rounds of `by_round`, each
-    number the median (one burst of other tenants' load moves a mean, not a median of three)."""
+    number the median (one burst of other tenants' load moves a mean, not a median of three).
+    Flagged when a row kept more foreign load, or (fixed-rate rows) more steal, than allowed."""
     out = {}
     for key, by_run in rounds.items():
         by_t = defaultdict(list)
@@ -44,7 +45,8 @@ def load(rounds, foreign_max):
                 vals = [float(r[k]) for r in rows if r.get(k) not in (None, "")]
                 avg[k] = statistics.median(vals) if vals else None
             avg["max_ms"] = max((float(r["max_ms"]) for r in rows if r.get("max_ms")), default=None)
-            avg["flag"] = " (!)" if any(float(r["foreign_cores"] or 0) > foreign_max for r in rows) else ""
+            avg["flag"] = " (!)" if any(float(r["foreign_cores"] or 0) > foreign_max
+                                        or float(r.get("steal_cores") or 0) > steal_max for r in rows) else ""
             avg["runs"] = len(rows)
             out[key][t] = avg
     return out
@@ -145,10 +147,11 @@ def main():
     ap.add_argument("--gateway")
     ap.add_argument("--notes", action="append", default=[])
     ap.add_argument("--foreign-max", type=float, default=0.15)
+    ap.add_argument("--steal-max", type=float, default=0.005)
     a = ap.parse_args()
     PR = by_round(a.peers) if a.peers else {}
     GR = by_round(a.gateway) if a.gateway else {}
-    P, G = load(PR, a.foreign_max), load(GR, a.foreign_max)
+    P, G = load(PR, a.foreign_max, a.steal_max), load(GR, a.foreign_max, a.steal_max)
     modes = sorted({k[0] for k in list(P) + list(G)})
     out = []
     for mode in modes:
@@ -236,14 +239,16 @@ def s5_table(p):
             continue
         d = by_t.get("direct")
         out += ["", f"S5 fixed rate {rate} req/s over {c} connections{of(by_t)}: latency in ms and added over direct", "",
-                "| target | p50 | p99 | p99.9 | +p50 | +p99 | +p99.9 | CPU µs/req |", "|---|---|---|---|---|---|---|---|"]
+                "| target | p50 | p99 | p99.9 | +p50 | +p99 | +p99.9 | CPU µs/req | steal cores |",
+                "|---|---|---|---|---|---|---|---|---|"]
         for t in TARGETS:
             r = by_t.get(t)
             if not r:
                 continue
             add = (lambda k: "-" if t == "direct" or not d else f"{r[k] - d[k]:+.3f}")
             out.append(f"| {LABEL[t]}{r['flag']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p999_ms']:.3f} "
-                       f"| {add('p50_ms')} | {add('p99_ms')} | {add('p999_ms')} | {fmt(r['proxy_us_req'], '{:.1f}')} |")
+                       f"| {add('p50_ms')} | {add('p99_ms')} | {add('p999_ms')} | {fmt(r['proxy_us_req'], '{:.1f}')} "
+                       f"| {fmt(r['steal_cores'], '{:.4f}')} |")
     return out
 
 
@@ -274,7 +279,7 @@ def bar(p, g):
         return None
 
     def item(ok, text, *rows):
-        shaky = " (!) measured while others loaded the machine: not conclusive" if any(r["flag"] for r in rows) else ""
+        shaky = " (!) measured while others loaded the machine (or the hypervisor ran them on its CPUs): not conclusive" if any(r["flag"] for r in rows) else ""
         res.append(f"- {'✅' if ok else '❌'} {text}{shaky}")
 
     for c in sorted({k[1] for k in p if k[0] == "h1"}, key=int):

@@ -44,13 +44,15 @@ impl Activity {
     }
 
     /// Resolves once the connection has been idle (see `is_idle`) with no reads or writes for
-    /// between `d / 2` and `d`: one timer per connection, ticking every `d / 2`, parks it at the
-    /// first tick that finds it idle with no operation since the tick before. Requests cost the
-    /// timer nothing (no re-arming, no wake-up when one ends), and a write that drains late is
-    /// seen at the next tick.
+    /// between `d / 2` and `d`: one timer per connection, ticking every `d / 2` on the grid of
+    /// [`crate::clock::on_grid`] (so all connections tick in one wake-up), parks it at the first
+    /// tick that finds it idle with no operation since the tick before. Requests cost the timer
+    /// nothing (no re-arming, no wake-up when one ends), and a write that drains late is seen at
+    /// the next tick.
     pub async fn quiet_for(&self, d: std::time::Duration) {
         let half = d / 2;
-        let tick = tokio::time::sleep(half);
+        let first = crate::clock::on_grid(tokio::time::Instant::now() + half, half);
+        let tick = tokio::time::sleep_until(first);
         tokio::pin!(tick);
         let mut seen = self.ops();
         loop {

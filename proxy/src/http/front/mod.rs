@@ -68,7 +68,8 @@ struct Front {
     rbuf: BytesMut,
     /// A streamed body's chunk framing; heads go out from the thread's [`scratch`] buffer.
     wbuf: Vec<u8>,
-    /// Fires to park an idle connection, then to close it; reset only when it fires.
+    /// Fires to park an idle connection, then to close it; reset only when it fires, and only to
+    /// points on a grid shared by every connection (see [`quiet_point`]).
     quiet: Pin<Box<Sleep>>,
     /// `quiet`'s deadline when it was last polled (it holds this task's waker until then).
     quiet_at: Option<Instant>,
@@ -90,7 +91,10 @@ where
         io,
         rbuf,
         wbuf: Vec::new(),
-        quiet: Box::pin(tokio::time::sleep(cfg.park_after)),
+        quiet: Box::pin(tokio::time::sleep_until(quiet_point(
+            Instant::now() + cfg.park_after,
+            cfg,
+        ))),
         quiet_at: None,
         draining: drain.shutdown(),
         parked: None,
@@ -126,6 +130,13 @@ where
 #[inline(always)]
 fn start<Fut: Future>(make: impl FnOnce() -> Fut) -> Pin<Box<Fut>> {
     Box::into_pin(Box::write(Box::new_uninit(), make()))
+}
+
+/// When a quiet timer due at `at` fires: on the grid of half `park_after`, so the timers of
+/// all busy connections come due together (one wake-up for the lot) and a connection parks
+/// between `park_after` and one and a half times it after its last request.
+fn quiet_point(at: Instant, cfg: &ServerConfig) -> Instant {
+    crate::clock::on_grid(at, cfg.park_after / 2)
 }
 
 fn write_failed(e: WriteError) -> io::Error {
@@ -285,7 +296,7 @@ impl Front {
                     } else {
                         since + cfg.park_after
                     };
-                    self.quiet.as_mut().reset(next);
+                    self.quiet.as_mut().reset(quiet_point(next, cfg));
                     watch_quiet = true;
                 }
             }
