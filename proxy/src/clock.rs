@@ -25,8 +25,8 @@ pub fn secs_at(at: Instant) -> u64 {
 /// Timers that only check on something (is this connection quiet, are the pools tidy) fire on
 /// the grid, so many of them cost one wake-up of the thread: with one timer per connection at
 /// its own instant, 50 connections at 2,000 req/s woke an otherwise idle thread 200 times a
-/// second, each wake-up a halt and resume of the CPU (a host round trip in a VM) that requests
-/// then had to wait behind. `at` is late by less than `step`; a zero step leaves it alone.
+/// second, each wake-up a halt and resume of the CPU (in a VM, a trip through the host). `at`
+/// is late by less than `step`; a zero step leaves it alone.
 pub fn on_grid(at: Instant, step: Duration) -> Instant {
     let step_ns = step.as_nanos();
     if step_ns == 0 {
