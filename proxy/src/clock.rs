@@ -33,10 +33,20 @@ pub fn on_grid(at: Instant, step: Duration) -> Instant {
         return at;
     }
     let start = start();
-    let since = at.saturating_duration_since(start).as_nanos();
-    let points = since.div_ceil(step_ns);
-    // Fits: `points * step_ns` is at most `since + step_ns`, both well inside u64 nanoseconds.
-    start + Duration::from_nanos((points * step_ns) as u64)
+    // Fits: each product is within one step of a difference of two instants, far inside u64
+    // nanoseconds.
+    let ns = |n: u128| Duration::from_nanos(n as u64);
+    if at >= start {
+        let since = (at - start).as_nanos();
+        start + ns(since.div_ceil(step_ns) * step_ns)
+    } else {
+        // Earlier than the start the grid was counted from: a runtime whose clock was paused
+        // and advanced (tests) can have set the start ahead of another runtime's clock.
+        let before = (start - at).as_nanos();
+        start
+            .checked_sub(ns(before / step_ns * step_ns))
+            .unwrap_or(at)
+    }
 }
 
 /// An interval whose ticks fall on the grid of its own period (see [`on_grid`]).
@@ -65,5 +75,11 @@ mod tests {
         assert_eq!(a, b, "two deadlines in one step fire together");
         let t = base + Duration::from_millis(7);
         assert_eq!(on_grid(t, Duration::ZERO), t);
+        // Before the grid's start (another runtime's clock): still at most one step late.
+        if let Some(early) = base.checked_sub(Duration::from_millis(130)) {
+            let g = on_grid(early, step);
+            assert_eq!(g, base - step);
+            assert!(g >= early && g - early < step);
+        }
     }
 }

@@ -151,8 +151,8 @@ FOREIGN_RETRIES=${FOREIGN_RETRIES:-3} # ... up to this many times (the least dis
 # A latency row at a fixed low rate (peers.sh's rate phase) sets ROW_STEAL, the cores the
 # hypervisor gave other tenants during its window; above STEAL_MAX it is re-measured like a
 # foreign-loaded row. A few ms of a stolen vCPU are nothing to a throughput row and most of a
-# p99 at 2,000 req/s: 0.008 cores of steal tripled a proxy's p99 (0.4 -> 1.2 ms), 0.02-0.04 gave
-# 2-5 ms, 0.07-0.18 gave 8-11 ms, whichever proxy it hit.
+# p99 at 2,000 req/s: with at most 0.004 cores of steal p99 was 0.36-0.76 ms, at 0.006-0.014
+# 0.85-1.6, at 0.02-0.05 1.6-4.3, at 0.07-0.18 4.7-11, whichever proxy it hit.
 STEAL_MAX=${STEAL_MAX:-0.005}
 # RETRY_BUDGET_S (optional) caps the seconds spent waiting for quiet and re-measuring over the
 # whole script; once spent, rows are measured once, right away, and flagged by foreign_cores
