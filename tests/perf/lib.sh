@@ -158,6 +158,7 @@ STEAL_MAX=${STEAL_MAX:-0.005}
 # whole script; once spent, rows are measured once, right away, and flagged by foreign_cores
 EXTRA_USED_S=0
 over_budget() { [[ -n ${RETRY_BUDGET_S:-} ]] && ((EXTRA_USED_S >= RETRY_BUDGET_S)); }
+gt() { awk -v a="$1" -v b="$2" 'BEGIN{exit !(a>b)}'; } # numeric a > b (decimals too)
 # How far a row went over its limits: the larger of foreign/FOREIGN_MAX and steal/STEAL_MAX
 # (above 1: disturbed). args: foreign_cores steal_cores (either may be empty)
 disturbance() {
@@ -174,13 +175,13 @@ measured() { # run one measurement function; redo it if other tenants disturbed 
     ((n == $(wc -l < "$CSV"))) && break   # no row: nothing to judge (and the last row is not ours)
     f=$(tail -1 "$CSV" | cut -d, -f25)
     d=$(disturbance "$f" "$ROW_STEAL")
-    awk -v d="$d" 'BEGIN{exit !(d>1)}' &&
+    gt "$d" 1 &&
       log "  disturbed: foreign load $f cores (limit $FOREIGN_MAX), steal ${ROW_STEAL:--} cores (limit $STEAL_MAX)"
-    if [[ -n $best ]] && awk -v a="$best_d" -v b="$d" 'BEGIN{exit !(a<b)}'; then
+    if [[ -n $best ]] && gt "$d" "$best_d"; then
       sed -i '$ d' "$CSV"; printf '%s\n' "$best" >> "$CSV"; d=$best_d
       log "  keeping the earlier attempt, less disturbed"
     fi
-    if awk -v d="$d" 'BEGIN{exit !(d>1)}' && ((tries < FOREIGN_RETRIES)) && ! over_budget; then
+    if gt "$d" 1 && ((tries < FOREIGN_RETRIES)) && ! over_budget; then
       tries=$((tries+1)); log "  re-measuring ($tries/$FOREIGN_RETRIES)"
       best=$(tail -1 "$CSV"); best_d=$d
       sed -i '$ d' "$CSV"; wait_quiet; t0=$SECONDS
