@@ -13,6 +13,10 @@ from collections import defaultdict
 PROXIES = ["nginx", "haproxy", "weir"]
 TARGETS = ["direct"] + PROXIES
 LABEL = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "weir": "weir"}
+# S1's ceiling: nginx's L4 relay (stream proxy_pass) in the proxy's place copies bytes and does no
+# HTTP work, so no proxy on this rig can do much better (the load generator and the backend share
+# the other core).
+RELAY = "nginx_tcp"
 NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
        "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores", "steal_cores"]
 
@@ -86,10 +90,16 @@ def rounds_table(p_rounds, g_rounds, mode):
             return None
         return (num(w, "p99_ms") - num(d, "p99_ms")) - (num(n, "p99_ms") - num(d, "p99_ms"))
 
+    def over(a, b):
+        return lambda by_t: (num(by_t[a], "rps") / num(by_t[b], "rps")
+                             if a in by_t and b in by_t and num(by_t[b], "rps") else None)
+
     for (m, ph, c, _), rounds in sorted(p_rounds.items(), key=lambda kv: int(kv[0][2] or 0)):
         if m == mode and ph == "h1":
             row(f"S1 -c{c} weir's CPU ÷ the lower peer's", rounds, cpu)
             row(f"S1 -c{c} weir's req/s ÷ nginx's", rounds, tput)
+            row(f"S1 -c{c} the L4 relay's req/s ÷ nginx's (the ceiling)", rounds, over(RELAY, "nginx"))
+            row(f"S1 -c{c} weir's req/s ÷ the L4 relay's", rounds, over("weir", RELAY))
     order = ["s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"]
     s3 = [(k, v) for k, v in g_rounds.items() if k[0] == mode and k[1] in order]
     for (m, ph, c, _), rounds in sorted(s3, key=lambda kv: order.index(kv[0][1])):
@@ -182,7 +192,7 @@ def main():
             if ph == "grpc":
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
         out += main_table(rows)
-        out += s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p)
+        out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p)
         out += rounds_table(PR, GR, mode) + bar(p, g)
     notes = []
     for n in a.notes:
@@ -193,6 +203,24 @@ def main():
     if notes:
         out += ["", "Notes from the checks run before measuring:", ""] + [f"- {n}" for n in notes]
     print("\n".join(out))
+
+
+def ceiling_table(p):
+    rows = sorted(((int(c), by_t) for (ph, c, _), by_t in p.items() if ph == "h1" and RELAY in by_t),
+                  key=lambda x: x[0])
+    if not rows:
+        return []
+    out = ["", "S1's ceiling: nginx's L4 relay (`stream`, `proxy_pass`: bytes copied, no HTTP parsed) in the "
+           "proxy's place, measured in the same rounds. The backend and wrk share CPU 0, so a proxy that does "
+           "no HTTP work shows how far any proxy can go here.", "",
+           "| load | direct req/s | L4 relay req/s (÷direct) | relay ÷ nginx | weir ÷ relay "
+           "| CPU µs/req relay · nginx · weir |", "|---|---|---|---|---|---|"]
+    for c, by_t in rows:
+        r, d = by_t[RELAY], by_t.get("direct")
+        cpu = " · ".join(fmt(by_t.get(t, {}).get("proxy_us_req"), "{:.1f}") for t in (RELAY, "nginx", "weir"))
+        out.append(f"| wrk -c{c}{of(by_t)} | {fmt(d and d['rps'])} | {r['rps']:,.0f} ({ratio(r, d)}){r['flag']} "
+                   f"| {ratio(r, by_t.get('nginx'))} | {ratio(by_t.get('weir'), r)} | {cpu} |")
+    return out
 
 
 def s2_table(g):
@@ -288,7 +316,9 @@ def bar(p, g):
             item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
                  f"S1 -c{c} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
                  f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
-            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×", w, n)
+            relay = get(p, "h1", RELAY, c)
+            ceiling = f" (the L4 relay: {relay['rps'] / n['rps']:.2f} ×)" if relay else ""
+            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×{ceiling}", w, n)
     for ph in ("s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"):
         w, n, h = get(g, ph, "weir"), get(g, ph, "nginx"), get(g, ph, "haproxy")
         if w and n and h:
