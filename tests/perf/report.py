@@ -80,10 +80,6 @@ def rounds_table(p_rounds, g_rounds, mode):
         low = min(num(r, "proxy_us_req") for r in peers)
         return num(w, "proxy_us_req") / low if low else None
 
-    def tput(by_t):
-        w, n = by_t.get("weir"), by_t.get("nginx")
-        return num(w, "rps") / num(n, "rps") if w and n and num(n, "rps") else None
-
     def added_p99(by_t):
         w, n, d = by_t.get("weir"), by_t.get("nginx"), by_t.get("direct")
         if not (w and n and d):
@@ -91,13 +87,14 @@ def rounds_table(p_rounds, g_rounds, mode):
         return (num(w, "p99_ms") - num(d, "p99_ms")) - (num(n, "p99_ms") - num(d, "p99_ms"))
 
     def over(a, b):
+        """a's req/s over b's in a round."""
         return lambda by_t: (num(by_t[a], "rps") / num(by_t[b], "rps")
                              if a in by_t and b in by_t and num(by_t[b], "rps") else None)
 
     for (m, ph, c, _), rounds in sorted(p_rounds.items(), key=lambda kv: int(kv[0][2] or 0)):
         if m == mode and ph == "h1":
             row(f"S1 -c{c} weir's CPU ÷ the lower peer's", rounds, cpu)
-            row(f"S1 -c{c} weir's req/s ÷ nginx's", rounds, tput)
+            row(f"S1 -c{c} weir's req/s ÷ nginx's", rounds, over("weir", "nginx"))
             row(f"S1 -c{c} the L4 relay's req/s ÷ nginx's (the ceiling)", rounds, over(RELAY, "nginx"))
             row(f"S1 -c{c} weir's req/s ÷ the L4 relay's", rounds, over("weir", RELAY))
     order = ["s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"]
