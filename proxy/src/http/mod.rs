@@ -10,3 +10,4 @@ pub mod pool;
 pub mod read_room;
 pub mod scratch;
 pub mod server;
+pub mod spare_maps;

@@ -34,6 +34,7 @@ use super::{
     head_guard::{self, HeadScan, Reject},
     read_room, scratch,
     server::{self, Parked, ServerConfig},
+    spare_maps,
 };
 use crate::{
     drain::{Drain, Shutdown},
@@ -335,7 +336,7 @@ impl Front {
         let mut head = scratch::take();
         let (framing, close) =
             response::head(&parts, method, body.size_hint().exact(), close, &mut head);
-        drop(parts);
+        spare_maps::give_back(parts.headers);
         if let Framing::Length(n) = framing {
             // A small body that is already here (most are, whatever wraps them) goes out in the
             // head's write: one system call per response.

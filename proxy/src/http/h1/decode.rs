@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use http::{header::HeaderValue, HeaderMap, StatusCode, Version};
 
 use super::{names::Names, Error};
+use crate::http::spare_maps;
 
 /// Most headers a response head may carry (hyper's limit too).
 pub const MAX_HEADERS: usize = 100;
@@ -208,7 +209,7 @@ pub(crate) fn header_map(
     // `room` for the fields the proxy adds (a request's X-Forwarded-*), so adding them does not
     // regrow the map. No more: a map of 9 fields holds 12 entries, 1.2 KB, past the allocator's
     // per-thread cache (a 5-field response with 4 spare slots cost ~300 instructions more).
-    let mut headers = HeaderMap::with_capacity(spans.len() + room);
+    let mut headers = spare_maps::take(spans.len() + room);
     for (i, &(n, nl, v, vl)) in spans.iter().enumerate() {
         let (n, nl, v, vl) = (n as usize, nl as usize, v as usize, vl as usize);
         let name = names

@@ -35,7 +35,7 @@ use write::{BodyWriter, WriteError};
 
 use super::{
     body::{BodyError, ProxyBody},
-    read_room,
+    read_room, spare_maps,
 };
 
 /// Reads never go below this much free buffer space...
@@ -161,7 +161,7 @@ impl Conn {
 /// and its drop reads every field. A replay resends the encoded bytes.
 pub async fn send(
     mut conn: Box<Conn>,
-    parts: Box<Parts>,
+    mut parts: Box<Parts>,
     mut body: ProxyBody,
     home: Arc<dyn Home>,
 ) -> Result<Response<ProxyBody>, Failed> {
@@ -170,6 +170,7 @@ pub async fn send(
     conn.wbuf.clear();
     let empty = body.is_end_stream();
     let framing = encode::head(&parts, empty, body.size_hint().exact(), &mut conn.wbuf);
+    spare_maps::give_back(std::mem::take(&mut parts.headers));
     drop(parts);
     // A body already whole in memory goes out with the head: one write, and the request can be
     // sent again as it is.
