@@ -122,10 +122,13 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
             // is its largest state: borrow the config rather than copy it into the task.
             // One pointer for each request's future to hold beside the request, so that what a
             // new future starts with is one short run of bytes (see `front::start`).
-            let per_request = Arc::new((shared.clone(), conn));
+            // The gateway's X-Forwarded-For value is made here, once for the connection.
+            let forwarded_for = (conn.direction == Direction::Gateway)
+                .then(|| crate::http::headers::forwarded_for(conn.client.0.ip()));
+            let per_request = Arc::new((shared.clone(), conn, forwarded_for));
             let handler = move |parts, body| {
                 let ctx = per_request.clone();
-                async move { handle(&ctx.0, &ctx.1, parts, body).await }
+                async move { handle(&ctx.0, &ctx.1, ctx.2.as_ref(), parts, body).await }
             };
             if detection == Detection::H2 {
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
@@ -173,9 +176,12 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 }
 
 /// One request, any direction: the path's stages, then errors become responses here.
+/// `forwarded_for` is the connection's [`forwarded_for`](crate::http::headers::forwarded_for)
+/// value on the gateway.
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,
+    forwarded_for: Option<&http::HeaderValue>,
     parts: Box<http::request::Parts>,
     body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {
@@ -184,7 +190,9 @@ async fn handle(
     let (metrics, result) = match conn.direction {
         Direction::Outbound => crate::outbound::request(shared, conn, parts, body).await,
         Direction::Inbound => crate::inbound::request(shared, conn, parts, body).await,
-        Direction::Gateway => crate::gateway::request(shared, conn, parts, body).await,
+        Direction::Gateway => {
+            crate::gateway::request(shared, conn, forwarded_for, parts, body).await
+        }
     };
     let resp = result.unwrap_or_else(|e| {
         tracing::debug!(error = %e, "request failed");

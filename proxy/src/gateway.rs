@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use http::{request::Parts, Response};
+use http::{request::Parts, HeaderValue, Response};
 
 use crate::{
     app::{ConnInfo, Shared},
@@ -12,10 +12,12 @@ use crate::{
     metrics::RouteMetrics,
 };
 
-/// Handles one gateway request; returns the metrics handle it counted on.
+/// Handles one gateway request; returns the metrics handle it counted on. `forwarded_for` is
+/// the client as X-Forwarded-For writes it, if the connection made it already.
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
+    forwarded_for: Option<&HeaderValue>,
     mut parts: Box<Parts>,
     body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
@@ -24,7 +26,13 @@ pub async fn request(
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));
     }
-    headers::add_forwarded(&mut parts.headers, conn.client.0.ip(), "http");
+    match forwarded_for {
+        Some(client) => headers::add_forwarded(&mut parts.headers, client, "http"),
+        None => {
+            let client = headers::forwarded_for(conn.client.0.ip());
+            headers::add_forwarded(&mut parts.headers, &client, "http");
+        }
+    }
     let routed = dispatch::route(
         shared,
         &snap,

@@ -160,44 +160,53 @@ fn strip_port(host: &str) -> &str {
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
-/// Appends the client to `X-Forwarded-For` and sets `X-Forwarded-Proto` (gateway only).
-pub fn add_forwarded(headers: &mut HeaderMap, client: IpAddr, proto: &'static str) {
-    // Every gateway request comes here: an IPv4 address is written without `fmt` (which cost
-    // more than the rest of this function), and the value takes one allocation.
-    let mut v4 = [0u8; 15];
-    let v6;
-    let ip: &[u8] = match client {
+/// The client's address as `X-Forwarded-For` writes it, made once per connection: every request
+/// on the connection shares these bytes (a reference count, where a value per request was an
+/// allocation and a free). An IPv4 address is written without `fmt`, which cost more than the
+/// rest of [`add_forwarded`].
+pub fn forwarded_for(client: IpAddr) -> HeaderValue {
+    let bytes = match client {
         IpAddr::V4(a) => {
+            let mut v4 = [0u8; 15];
             let n = write_v4(&mut v4, a);
-            &v4[..n]
+            Bytes::from_owner(Dotted(v4, n as u8))
         }
-        IpAddr::V6(_) => {
-            v6 = client.to_string();
-            v6.as_bytes()
-        }
+        IpAddr::V6(_) => Bytes::from(client.to_string()),
     };
-    // The client appended to a text value that is there, else alone.
-    let value = |prev: Option<&HeaderValue>| match prev.filter(|v| v.to_str().is_ok()) {
-        Some(prev) => {
-            let mut v = Vec::with_capacity(prev.len() + 2 + ip.len());
-            v.extend_from_slice(prev.as_bytes());
-            v.extend_from_slice(b", ");
-            v.extend_from_slice(ip);
-            HeaderValue::from_maybe_shared(Bytes::from(v))
-        }
-        None => HeaderValue::from_bytes(ip),
-    };
+    // An IP address in text is digits, dots, colons and hex letters.
+    HeaderValue::from_maybe_shared(bytes).unwrap_or_else(|_| HeaderValue::from_static("unknown"))
+}
+
+/// A dotted-decimal IPv4 address and its length, owned by the `Bytes` that share it.
+struct Dotted([u8; 15], u8);
+
+impl AsRef<[u8]> for Dotted {
+    fn as_ref(&self) -> &[u8] {
+        &self.0[..usize::from(self.1)]
+    }
+}
+
+/// Appends the client (its [`forwarded_for`] value) to `X-Forwarded-For` and sets
+/// `X-Forwarded-Proto` (gateway only).
+pub fn add_forwarded(headers: &mut HeaderMap, client: &HeaderValue, proto: &'static str) {
     // One lookup for both the read and the write.
     match headers.entry(X_FORWARDED_FOR) {
-        Entry::Occupied(mut e) => {
-            if let Ok(v) = value(Some(e.get())) {
+        // The client appended to a text value that is there, else alone.
+        Entry::Occupied(mut e) if e.get().to_str().is_ok() => {
+            let prev = e.get().as_bytes();
+            let mut v = Vec::with_capacity(prev.len() + 2 + client.len());
+            v.extend_from_slice(prev);
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(client.as_bytes());
+            if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(v)) {
                 e.insert(v);
             }
         }
+        Entry::Occupied(mut e) => {
+            e.insert(client.clone());
+        }
         Entry::Vacant(e) => {
-            if let Ok(v) = value(None) {
-                e.insert(v);
-            }
+            e.insert(client.clone());
         }
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
@@ -330,20 +339,43 @@ mod tests {
             "2001:db8::1",
         ] {
             let mut h = HeaderMap::new();
-            add_forwarded(&mut h, ip.parse().expect("an address"), "http");
+            add_forwarded(
+                &mut h,
+                &forwarded_for(ip.parse().expect("an address")),
+                "http",
+            );
             assert_eq!(h["x-forwarded-for"], ip);
             assert_eq!(h["x-forwarded-proto"], "http");
         }
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
-        add_forwarded(&mut h, "10.0.0.7".parse().expect("an address"), "http");
+        add_forwarded(
+            &mut h,
+            &forwarded_for("10.0.0.7".parse().expect("an address")),
+            "http",
+        );
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 10.0.0.7");
         // A previous value that is not text is replaced, not extended.
         h.insert(
             "x-forwarded-for",
             HeaderValue::from_bytes(b"\xff").expect("obs-text is a valid value"),
         );
-        add_forwarded(&mut h, "10.0.0.7".parse().expect("an address"), "http");
+        add_forwarded(
+            &mut h,
+            &forwarded_for("10.0.0.7".parse().expect("an address")),
+            "http",
+        );
         assert_eq!(h["x-forwarded-for"], "10.0.0.7");
+    }
+
+    #[test]
+    fn the_requests_of_a_connection_share_its_client_value() {
+        let client = forwarded_for("10.0.0.7".parse().expect("an address"));
+        let (mut a, mut b) = (HeaderMap::new(), HeaderMap::new());
+        add_forwarded(&mut a, &client, "http");
+        add_forwarded(&mut b, &client, "http");
+        let at = |h: &HeaderMap| h["x-forwarded-for"].as_bytes().as_ptr();
+        assert_eq!(at(&a), at(&b));
+        assert_eq!(at(&a), client.as_bytes().as_ptr());
     }
 }
