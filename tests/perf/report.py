@@ -80,6 +80,17 @@ def rounds_table(p_rounds, g_rounds, mode):
         low = min(num(r, "proxy_us_req") for r in peers)
         return num(w, "proxy_us_req") / low if low else None
 
+    def cpu_for_backend(by_t):
+        """`cpu` with each proxy's CPU over the backend's in the same window: the backend does the
+        same work behind every proxy, so a slow spell of the machine moves both."""
+        rel = {t: (num(r, "proxy_us_req") / num(r, "backend_us_req")
+                   if r.get("backend_us_req") not in (None, "") and num(r, "backend_us_req") else None)
+               for t, r in by_t.items() if t in ("weir", "nginx", "haproxy")}
+        if len(rel) < 3 or None in rel.values():
+            return None
+        low = min(rel["nginx"], rel["haproxy"])
+        return rel["weir"] / low if low else None
+
     def added_p99(by_t):
         w, n, d = by_t.get("weir"), by_t.get("nginx"), by_t.get("direct")
         if not (w and n and d):
@@ -94,6 +105,7 @@ def rounds_table(p_rounds, g_rounds, mode):
     for (m, ph, c, _), rounds in sorted(p_rounds.items(), key=lambda kv: int(kv[0][2] or 0)):
         if m == mode and ph == "h1":
             row(f"S1 -c{c} weir's CPU ÷ the lower peer's", rounds, cpu)
+            row(f"S1 -c{c} the same, each CPU over the backend's in its window", rounds, cpu_for_backend)
             row(f"S1 -c{c} weir's req/s ÷ nginx's", rounds, over("weir", "nginx"))
             row(f"S1 -c{c} the L4 relay's req/s ÷ nginx's (the ceiling)", rounds, over(RELAY, "nginx"))
             row(f"S1 -c{c} weir's req/s ÷ the L4 relay's", rounds, over("weir", RELAY))
@@ -101,13 +113,16 @@ def rounds_table(p_rounds, g_rounds, mode):
     s3 = [(k, v) for k, v in g_rounds.items() if k[0] == mode and k[1] in order]
     for (m, ph, c, _), rounds in sorted(s3, key=lambda kv: order.index(kv[0][1])):
         row(f"S3 {ph[3:]} weir's CPU ÷ the lower peer's", rounds, cpu)
+        row(f"S3 {ph[3:]} the same, each CPU over the backend's in its window", rounds, cpu_for_backend)
     for (m, ph, c, _), rounds in p_rounds.items():
         if m == mode and ph == "rate":
             row("S5 weir's added p99 − nginx's (ms)", rounds, added_p99)
     if not lines:
         return []
     return ["", "The bar's comparisons round by round (each round's rows are measured within a minute of each "
-            "other; the bar below uses the medians of the rounds, as the tables above):", "",
+            "other; the bar below uses the medians of the rounds, as the tables above). The rows \"over the "
+            "backend's\" divide each proxy's CPU per request by the backend's in the same window, which "
+            "does the same work behind every proxy and slows with the machine; a cross-check, not the bar:", "",
             "| comparison | rounds | median |", "|---|---|---|"] + lines
 
 
