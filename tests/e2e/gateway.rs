@@ -648,6 +648,43 @@ async fn hop_by_hop_headers_are_stripped_in_both_directions() {
 }
 
 #[tokio::test]
+async fn requests_and_responses_on_one_connection_carry_only_their_own_fields() {
+    // The proxy lends header maps from one request to the next (and X-Forwarded-For's value is
+    // made once per connection): nothing of one message may show in the next.
+    let (app, hop) = tokio::join!(TestBackend::start("app"), hop_by_hop_backend());
+    let services = [service("app", &[app.addr]), service("hop", &[hop])];
+    let routes = "    - name: hop
+      matches: [{ path: { type: PathPrefix, value: /hop } }]
+      backendRefs: [{ name: hop }]
+    - name: app
+      backendRefs: [{ name: app }]
+";
+    let (_proxy, gw) = gateway_proxy(&registry(&services, routes)).await;
+    let mut conn = H1Conn::connect(gw).await;
+    for i in 0..20 {
+        let mut req = request(Method::GET, "gw.test", "/echo", "");
+        if i % 2 == 0 {
+            req.headers_mut()
+                .insert("x-only-even", i.to_string().parse().expect("value"));
+        }
+        let reply = conn.send(req).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let headers = &reply.json()["headers"];
+        if i % 2 == 0 {
+            assert_eq!(headers["x-only-even"], i.to_string());
+        } else {
+            assert!(headers.get("x-only-even").is_none(), "leaked: {headers}");
+        }
+        assert_eq!(headers["x-forwarded-for"], "127.0.0.1", "request {i}");
+        assert_eq!(reply.header("x-end-to-end"), None, "request {i}");
+
+        let reply = conn.send(request(Method::GET, "gw.test", "/hop", "")).await;
+        assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
+        assert_eq!(reply.header("x-end-to-end"), Some("1"), "request {i}");
+    }
+}
+
+#[tokio::test]
 async fn many_requests_reuse_a_few_kept_alive_upstream_connections() {
     let app = TestBackend::start("app").await;
     let routes = "    - name: all
