@@ -604,8 +604,8 @@ async fn hop_by_hop_backend() -> SocketAddr {
     addr
 }
 
-#[tokio::test]
-async fn hop_by_hop_headers_are_stripped_in_both_directions() {
+/// A gateway routing `/hop` to [`hop_by_hop_backend`] and everything else to an echo backend.
+async fn hop_and_echo_gateway() -> (TestBackend, WeirProxy, SocketAddr) {
     let (app, hop) = tokio::join!(TestBackend::start("app"), hop_by_hop_backend());
     let services = [service("app", &[app.addr]), service("hop", &[hop])];
     let routes = "    - name: hop
@@ -614,7 +614,13 @@ async fn hop_by_hop_headers_are_stripped_in_both_directions() {
     - name: app
       backendRefs: [{ name: app }]
 ";
-    let (_proxy, gw) = gateway_proxy(&registry(&services, routes)).await;
+    let (proxy, gw) = gateway_proxy(&registry(&services, routes)).await;
+    (app, proxy, gw)
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_are_stripped_in_both_directions() {
+    let (_app, _proxy, gw) = hop_and_echo_gateway().await;
 
     let mut req = request(Method::GET, "gw.test", "/echo", "");
     let h = req.headers_mut();
@@ -651,15 +657,7 @@ async fn hop_by_hop_headers_are_stripped_in_both_directions() {
 async fn requests_and_responses_on_one_connection_carry_only_their_own_fields() {
     // The proxy lends header maps from one request to the next (and X-Forwarded-For's value is
     // made once per connection): nothing of one message may show in the next.
-    let (app, hop) = tokio::join!(TestBackend::start("app"), hop_by_hop_backend());
-    let services = [service("app", &[app.addr]), service("hop", &[hop])];
-    let routes = "    - name: hop
-      matches: [{ path: { type: PathPrefix, value: /hop } }]
-      backendRefs: [{ name: hop }]
-    - name: app
-      backendRefs: [{ name: app }]
-";
-    let (_proxy, gw) = gateway_proxy(&registry(&services, routes)).await;
+    let (_app, _proxy, gw) = hop_and_echo_gateway().await;
     let mut conn = H1Conn::connect(gw).await;
     for i in 0..20 {
         let mut req = request(Method::GET, "gw.test", "/echo", "");
