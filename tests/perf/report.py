@@ -73,23 +73,25 @@ def rounds_table(p_rounds, g_rounds, mode):
         if len(vals) > 1:
             lines.append(f"| {label} | {' · '.join(f'{v:.2f}' for v in vals)} | {statistics.median(vals):.2f} |")
 
-    def cpu(by_t):
-        w, peers = by_t.get("weir"), [by_t.get(t) for t in ("nginx", "haproxy")]
-        if not w or not all(peers):
-            return None
-        low = min(num(r, "proxy_us_req") for r in peers)
-        return num(w, "proxy_us_req") / low if low else None
+    def weir_over_lower_peer(figure):
+        """weir's `figure(row)` over the lower of nginx's and HAProxy's in a round."""
+        def ratio_in(by_t):
+            vals = [figure(by_t[t]) if t in by_t else None for t in ("weir", "nginx", "haproxy")]
+            if None in vals or not min(vals[1:]):
+                return None
+            return vals[0] / min(vals[1:])
+        return ratio_in
 
-    def cpu_for_backend(by_t):
-        """`cpu` with each proxy's CPU over the backend's in the same window: the backend does the
+    def us(r):
+        return num(r, "proxy_us_req")
+
+    def us_over_backend(r):
+        """The proxy's CPU per request over the backend's in the same window: the backend does the
         same work behind every proxy, so a slow spell of the machine moves both."""
-        rel = {t: (num(r, "proxy_us_req") / num(r, "backend_us_req")
-                   if r.get("backend_us_req") not in (None, "") and num(r, "backend_us_req") else None)
-               for t, r in by_t.items() if t in ("weir", "nginx", "haproxy")}
-        if len(rel) < 3 or None in rel.values():
-            return None
-        low = min(rel["nginx"], rel["haproxy"])
-        return rel["weir"] / low if low else None
+        p, b = num(r, "proxy_us_req"), num(r, "backend_us_req")
+        return p / b if p is not None and b else None
+
+    cpu, cpu_for_backend = weir_over_lower_peer(us), weir_over_lower_peer(us_over_backend)
 
     def added_p99(by_t):
         w, n, d = by_t.get("weir"), by_t.get("nginx"), by_t.get("direct")
