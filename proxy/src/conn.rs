@@ -1,7 +1,10 @@
 //! One accepted connection, top to bottom: original destination, loop guard, protocol detection,
 //! then the HTTP server (requests go to the path for their direction) or the TCP relay.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
 
 use bytes::BytesMut;
 use tokio::{
@@ -122,13 +125,12 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
             // is its largest state: borrow the config rather than copy it into the task.
             // One pointer for each request's future to hold beside the request, so that what a
             // new future starts with is one short run of bytes (see `front::start`).
-            // The gateway's X-Forwarded-For value is made here, once for the connection.
-            let forwarded_for = (conn.direction == Direction::Gateway)
-                .then(|| crate::http::headers::forwarded_for(conn.client.0.ip()));
-            let per_request = Arc::new((shared.clone(), conn, forwarded_for));
+            // The third field: the gateway's X-Forwarded-For value, made by the connection's
+            // first request and shared by the rest.
+            let per_request = Arc::new((shared.clone(), conn, OnceLock::new()));
             let handler = move |parts, body| {
                 let ctx = per_request.clone();
-                async move { handle(&ctx.0, &ctx.1, ctx.2.as_ref(), parts, body).await }
+                async move { handle(&ctx.0, &ctx.1, &ctx.2, parts, body).await }
             };
             if detection == Detection::H2 {
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
@@ -176,12 +178,12 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 }
 
 /// One request, any direction: the path's stages, then errors become responses here.
-/// `forwarded_for` is the connection's [`forwarded_for`](crate::http::headers::forwarded_for)
-/// value on the gateway.
+/// `forwarded_for` holds the connection's
+/// [`forwarded_for`](crate::http::headers::forwarded_for) value once the gateway made it.
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,
-    forwarded_for: Option<&http::HeaderValue>,
+    forwarded_for: &OnceLock<http::HeaderValue>,
     parts: Box<http::request::Parts>,
     body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {

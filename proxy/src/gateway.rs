@@ -1,6 +1,6 @@
 //! The gateway path: explicit clients at the edge → Host/path routes → backend services.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use http::{request::Parts, HeaderValue, Response};
 
@@ -12,12 +12,12 @@ use crate::{
     metrics::RouteMetrics,
 };
 
-/// Handles one gateway request; returns the metrics handle it counted on. `forwarded_for` is
-/// the client as X-Forwarded-For writes it, if the connection made it already.
+/// Handles one gateway request; returns the metrics handle it counted on. `forwarded_for` keeps
+/// the client as X-Forwarded-For writes it, made once for the connection.
 pub async fn request(
     shared: &Shared,
     conn: &ConnInfo,
-    forwarded_for: Option<&HeaderValue>,
+    forwarded_for: &OnceLock<HeaderValue>,
     mut parts: Box<Parts>,
     body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
@@ -26,13 +26,8 @@ pub async fn request(
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));
     }
-    match forwarded_for {
-        Some(client) => headers::add_forwarded(&mut parts.headers, client, "http"),
-        None => {
-            let client = headers::forwarded_for(conn.client.0.ip());
-            headers::add_forwarded(&mut parts.headers, &client, "http");
-        }
-    }
+    let client = forwarded_for.get_or_init(|| headers::forwarded_for(conn.client.0.ip()));
+    headers::add_forwarded(&mut parts.headers, client, "http");
     let routed = dispatch::route(
         shared,
         &snap,
