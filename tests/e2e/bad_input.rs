@@ -289,6 +289,50 @@ async fn duplicate_or_missing_host_on_http11_gets_400_but_http10_without_host_is
 }
 
 #[tokio::test]
+async fn http10_clients_get_10_heads_keep_alive_only_when_asked_and_no_chunked_bodies() {
+    let gw = gateway(&[]).await;
+    // Two pipelined requests: the first asks to keep the connection, the second does not.
+    let (reply, end) = exchange(
+        gw.addr,
+        b"GET /a HTTP/1.0\r\nHost: echo.test\r\nConnection: keep-alive\r\n\r\n\
+          GET /b HTTP/1.0\r\nHost: echo.test\r\n\r\n",
+    )
+    .await;
+    let text = show(&reply).to_ascii_lowercase();
+    assert_eq!(text.matches("http/1.0 200 ok\r\n").count(), 2, "{text}");
+    assert_eq!(text.matches("connection: keep-alive").count(), 1, "{text}");
+    let (first, second) = text.split_at(text.rfind("http/1.0 200").expect("second head"));
+    assert!(first.contains("\"uri\":\"/a\""), "{first}");
+    assert!(second.contains("\"uri\":\"/b\""), "{second}");
+    assert!(!second.contains("connection: keep-alive"), "{second}");
+    assert_eq!(end, End::Eof, "closes after the request without keep-alive");
+    assert_eq!(gw.backend.requests(), 2);
+
+    // A body of unknown size (the backend streams it chunked): 1.0 has no chunked coding, so it
+    // goes raw and the close ends it, even though the client asked to keep the connection.
+    let (reply, end) = exchange(
+        gw.addr,
+        b"GET /_/bytes/100000 HTTP/1.0\r\nHost: echo.test\r\nConnection: keep-alive\r\n\r\n",
+    )
+    .await;
+    let at = reply
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole head")
+        + 4;
+    let head = show(&reply[..at]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.0 200 ok\r\n"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(!head.contains("content-length"), "{head}");
+    let body = &reply[at..];
+    let want: Vec<u8> = (0..100_000)
+        .map(weir_tests::backend::pattern_byte)
+        .collect();
+    assert!(body == want.as_slice(), "{} body bytes", body.len());
+    assert_eq!(end, End::Eof);
+}
+
+#[tokio::test]
 async fn bytes_that_are_not_http_are_closed_without_being_forwarded() {
     let gw = gateway(&[]).await;
     for case in [

@@ -109,7 +109,7 @@ where
         let method = parts.method.clone();
         let resp = start(|| handler(parts, body)).await;
         let close = plan.close || drain.is_draining();
-        match c.respond(resp, &method, plan.trailers, close).await {
+        match c.respond(resp, &method, plan, close).await {
             Ok(false) => read_room::give_back(&mut c.rbuf),
             Ok(true) | Err(_) => {
                 let _ = c.io.shutdown().await;
@@ -329,13 +329,13 @@ impl Front {
         &mut self,
         resp: Response<ProxyBody>,
         method: &Method,
-        trailers_ok: bool,
+        plan: Plan,
         close: bool,
     ) -> io::Result<bool> {
         let (parts, mut body) = resp.into_parts();
         let mut head = scratch::take();
-        let (framing, close) =
-            response::head(&parts, method, body.size_hint().exact(), close, &mut head);
+        let exact = body.size_hint().exact();
+        let (framing, close) = response::head(&parts, method, exact, close, plan.http10, &mut head);
         spare_maps::give_back(parts.headers);
         if let Framing::Length(n) = framing {
             // A small body that is already here (most are, whatever wraps them) goes out in the
@@ -353,7 +353,8 @@ impl Front {
                     self.io.write_all(&head).await?;
                     scratch::give_back(head);
                     if rest > 0 {
-                        self.stream(&mut body, Some(rest), false).await?;
+                        self.stream(&mut body, BodyWriter::new(Some(rest)), false)
+                            .await?;
                     }
                     return Ok(close);
                 }
@@ -361,23 +362,25 @@ impl Front {
         }
         self.io.write_all(&head).await?;
         scratch::give_back(head);
-        match framing {
-            Framing::None => {}
-            Framing::Length(n) => self.stream(&mut body, Some(n), false).await?,
-            Framing::Chunked => self.stream(&mut body, None, trailers_ok).await?,
-        }
+        let writer = match framing {
+            Framing::None => return Ok(close),
+            Framing::Length(n) => BodyWriter::new(Some(n)),
+            Framing::Chunked => BodyWriter::new(None),
+            Framing::UntilClose => BodyWriter::until_close(),
+        };
+        let trailers_ok = plan.trailers && framing == Framing::Chunked;
+        self.stream(&mut body, writer, trailers_ok).await?;
         Ok(close)
     }
 
-    /// Streams `body` raw (`length`) or chunked; a body that fails or breaks its length closes
-    /// the connection, as with hyper.
+    /// Streams `body` through `writer` (raw against a length, chunked, or raw until the close);
+    /// a body that fails or breaks its length closes the connection, as with hyper.
     async fn stream(
         &mut self,
         body: &mut ProxyBody,
-        length: Option<u64>,
+        mut writer: BodyWriter,
         trailers_ok: bool,
     ) -> io::Result<()> {
-        let mut writer = BodyWriter::new(length);
         let mut trailers = None;
         while let Some(frame) = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await {
             let frame = frame.map_err(|e| io::Error::other(e.to_string()))?;

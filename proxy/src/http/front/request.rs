@@ -1,6 +1,7 @@
-//! Reads a plain HTTP/1.1 request head for the fast path, or says it is not one: anything the head
-//! guard would refuse, or that needs hyper (an upgrade, CONNECT, `Expect`, a chunked or large
-//! body, HTTP/1.0), goes to hyper behind the guard, which answers it exactly as before.
+//! Reads a plain HTTP/1.1 or HTTP/1.0 request head for the fast path, or says it is not one:
+//! anything the head guard would refuse, or that needs hyper (an upgrade, CONNECT, `Expect`, a
+//! chunked or large body, a request without exactly one `Host`), goes to hyper behind the guard,
+//! which answers it exactly as before.
 
 use std::mem::MaybeUninit;
 
@@ -25,6 +26,9 @@ pub struct Plan {
     pub close: bool,
     /// The client accepts trailers (`TE: trailers`).
     pub trailers: bool,
+    /// The client spoke HTTP/1.0: no chunked coding, and the connection closes after the
+    /// response unless the request asked for `keep-alive`.
+    pub http10: bool,
 }
 
 /// The request head in `head` (a whole head that passed the line checks, frozen off the
@@ -38,10 +42,15 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Box<Parts>)> {
         Ok(httparse::Status::Complete(n)) if n == head.len() => {}
         _ => return None,
     }
-    if req.version != Some(1) || req.method == Some("CONNECT") {
+    let http10 = match req.version {
+        Some(1) => false,
+        Some(0) => true,
+        _ => return None,
+    };
+    if req.method == Some("CONNECT") {
         return None;
     }
-    let plan = plan(req.headers)?;
+    let plan = plan(req.headers, http10)?;
     let method = Method::from_bytes(req.method?.as_bytes()).ok()?;
     let base = head.as_ptr() as usize;
     let target = req.path?;
@@ -58,19 +67,25 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Box<Parts>)> {
     let mut parts = Box::new(Request::new(()).into_parts().0);
     parts.method = method;
     parts.uri = uri;
-    parts.version = Version::HTTP_11;
+    // As hyper reads it; forward.rs sends every request upstream as HTTP/1.1 or HTTP/2.
+    parts.version = if http10 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
     parts.headers = headers;
     Some((plan, parts))
 }
 
 /// What the fields ask for, if the fast path can serve it.
-fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
+fn plan(fields: &[httparse::Header<'_>], http10: bool) -> Option<Plan> {
     let mut plan = Plan {
         body: 0,
         close: false,
         trailers: false,
+        http10,
     };
-    let (mut length, mut hosts) = (None, 0u32);
+    let (mut length, mut hosts, mut keep_alive) = (None, 0u32, false);
     for h in fields {
         let (name, value) = (h.name.as_bytes(), h.value.trim_ascii());
         match name.len() {
@@ -84,6 +99,8 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
                 for t in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                     if t.eq_ignore_ascii_case(b"close") {
                         plan.close = true;
+                    } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                        keep_alive = true;
                     } else if t.eq_ignore_ascii_case(b"upgrade") {
                         return None;
                     }
@@ -110,6 +127,11 @@ fn plan(fields: &[httparse::Header<'_>]) -> Option<Plan> {
     if hosts != 1 {
         return None;
     }
+    if http10 {
+        // Persistent only when asked (RFC 9112 §9.3); trailers need the chunked coding.
+        plan.close |= !keep_alive;
+        plan.trailers = false;
+    }
     plan.body = length.unwrap_or(0);
     (plan.body <= MAX_WHOLE_BODY).then_some(plan)
 }
@@ -132,10 +154,28 @@ mod tests {
     }
 
     #[test]
+    fn http10_requests_close_unless_they_ask_for_keep_alive() {
+        let head = Bytes::from_static(b"GET /a HTTP/1.0\r\nHost: x\r\nTE: trailers\r\n\r\n");
+        let (p, parts) = read(&head, &mut Names::default()).expect("plain 1.0");
+        assert_eq!((p.close, p.trailers, p.http10), (true, false, true));
+        assert_eq!(parts.version, Version::HTTP_10);
+        let p = plan_of(
+            b"POST / HTTP/1.0\r\nHost: x\r\nContent-Length: 2\r\nConnection: Keep-Alive\r\n\r\n",
+        )
+        .expect("keep-alive 1.0");
+        assert_eq!((p.body, p.close, p.http10), (2, false, true));
+        let p = plan_of(b"GET / HTTP/1.0\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n")
+            .expect("1.0");
+        assert!(p.close);
+        let p = plan_of(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").expect("1.1");
+        assert!(!p.http10);
+    }
+
+    #[test]
     fn anything_else_goes_to_hyper() {
         for head in [
-            &b"GET / HTTP/1.0\r\nHost: x\r\n\r\n"[..],
-            b"GET / HTTP/1.1\r\n\r\n",
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+            b"GET / HTTP/1.0\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n",
             b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",

@@ -1,5 +1,6 @@
 //! Writes a response on the fast path the way hyper's server frames it: status line, the fields,
-//! `date` when missing, `content-length` when the body's size is known, else chunked.
+//! `date` when missing, `content-length` when the body's size is known, else chunked (to an
+//! HTTP/1.0 client, which has no chunked coding: the close ends the body).
 
 use std::{
     cell::RefCell,
@@ -19,22 +20,26 @@ pub enum Framing {
     Length(u64),
     /// Chunked, with trailers if the client accepts them.
     Chunked,
+    /// Raw until the connection closes (an HTTP/1.0 client, the body's size unknown).
+    UntilClose,
 }
 
 /// Appends the head of a response to `method` to `out`; `exact` is the body's exact size if
-/// known. `close`, or a response whose `Connection` says close, adds `connection: close`.
-/// Returns how the body follows and whether the connection closes after it. The fields are
-/// looked at in the one pass that writes them: a map lookup for `Date` and `Connection` cost
-/// ~100 instructions each.
+/// known. `close`, or a response whose `Connection` says close, adds `connection: close`. To an
+/// HTTP/1.0 client (`http10`) the status line says HTTP/1.0 and a connection kept open says
+/// `connection: keep-alive`, as hyper writes them. Returns how the body follows and whether the
+/// connection closes after it. The fields are looked at in the one pass that writes them: a map
+/// lookup for `Date` and `Connection` cost ~100 instructions each.
 pub fn head(
     parts: &Parts,
     method: &Method,
     exact: Option<u64>,
     mut close: bool,
+    http10: bool,
     out: &mut Vec<u8>,
 ) -> (Framing, bool) {
     let status = parts.status;
-    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
@@ -85,12 +90,17 @@ pub fn head(
     } else if let Some(n) = exact {
         encode::content_length_line(n, out);
         Framing::Length(n)
+    } else if http10 {
+        close = true;
+        Framing::UntilClose
     } else {
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         Framing::Chunked
     };
     if close {
         out.extend_from_slice(b"connection: close\r\n");
+    } else if http10 {
+        out.extend_from_slice(b"connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
     (framing, close)
@@ -142,7 +152,7 @@ mod tests {
     ) -> (String, Framing, bool) {
         let (parts, ()) = resp.into_parts();
         let mut out = Vec::new();
-        let (f, closes) = head(&parts, &method, exact, close, &mut out);
+        let (f, closes) = head(&parts, &method, exact, close, false, &mut out);
         (String::from_utf8(out).expect("ascii"), f, closes)
     }
 
@@ -207,6 +217,46 @@ mod tests {
         assert_eq!(
             without_date(&s),
             "HTTP/1.1 404 Not Found\ntransfer-encoding: chunked\n"
+        );
+    }
+
+    #[test]
+    fn an_http10_client_gets_a_10_head_and_no_chunked_body() {
+        let head10 = |resp: Response<()>, exact, close| {
+            let (parts, ()) = resp.into_parts();
+            let mut out = Vec::new();
+            let (f, closes) = head(&parts, &Method::GET, exact, close, true, &mut out);
+            (
+                without_date(&String::from_utf8(out).expect("ascii")),
+                f,
+                closes,
+            )
+        };
+        let ok = || Response::builder().body(()).expect("response");
+        assert_eq!(
+            head10(ok(), Some(2), false),
+            (
+                "HTTP/1.0 200 OK\ncontent-length: 2\nconnection: keep-alive\n".into(),
+                Framing::Length(2),
+                false
+            )
+        );
+        assert_eq!(
+            head10(ok(), Some(2), true),
+            (
+                "HTTP/1.0 200 OK\ncontent-length: 2\nconnection: close\n".into(),
+                Framing::Length(2),
+                true
+            )
+        );
+        // Size unknown: no chunked coding in 1.0, so the close ends the body.
+        assert_eq!(
+            head10(ok(), None, false),
+            (
+                "HTTP/1.0 200 OK\nconnection: close\n".into(),
+                Framing::UntilClose,
+                true
+            )
         );
     }
 

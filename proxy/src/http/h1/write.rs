@@ -1,5 +1,5 @@
 //! Writes an HTTP/1 message body after its head, frame by frame: raw against a declared length,
-//! or chunked with the trailer section at the end. Shared by the upstream client (request
+//! chunked with the trailer section at the end, or raw until the connection closes (HTTP/1.0). Shared by the upstream client (request
 //! bodies) and the downstream fast path (response bodies).
 
 use bytes::{Buf, Bytes};
@@ -28,14 +28,32 @@ impl From<std::io::Error> for WriteError {
 /// The framing state of one body being written.
 #[derive(Debug)]
 pub struct BodyWriter {
-    /// Bytes still owed (length-delimited), or `None` for chunked.
-    left: Option<u64>,
+    delimit: Delimit,
+}
+
+/// How the reader finds the body's end.
+#[derive(Debug)]
+enum Delimit {
+    /// Its length: the bytes still owed.
+    Length(u64),
+    /// The last chunk.
+    Chunked,
+    /// The close of the connection (HTTP/1.0 has no chunked coding).
+    Close,
 }
 
 impl BodyWriter {
     /// A writer for a body of exactly `length` bytes, or chunked when `None`.
     pub fn new(length: Option<u64>) -> Self {
-        Self { left: length }
+        let delimit = length.map_or(Delimit::Chunked, Delimit::Length);
+        Self { delimit }
+    }
+
+    /// A writer for a body that the connection's close ends; trailers are dropped.
+    pub fn until_close() -> Self {
+        Self {
+            delimit: Delimit::Close,
+        }
     }
 
     /// Writes one data frame; `scratch` holds the chunk-size line.
@@ -48,12 +66,13 @@ impl BodyWriter {
         if data.is_empty() {
             return Ok(());
         }
-        match &mut self.left {
-            Some(n) => {
+        match &mut self.delimit {
+            Delimit::Length(n) => {
                 *n = n.checked_sub(data.len() as u64).ok_or(WriteError::Longer)?;
                 io.write_all(&data).await?;
             }
-            None => {
+            Delimit::Close => io.write_all(&data).await?,
+            Delimit::Chunked => {
                 encode::chunk_size_line(data.len(), scratch);
                 let mut out = Buf::chain(Buf::chain(&scratch[..], data), &b"\r\n"[..]);
                 io.write_all_buf(&mut out).await?;
@@ -62,17 +81,18 @@ impl BodyWriter {
         Ok(())
     }
 
-    /// The body ended: checks its length, or writes the last chunk with `trailers`.
+    /// The body ended: checks its length, or writes the last chunk with `trailers` (the close
+    /// ends a close-delimited body: nothing to write).
     pub async fn finish(
         self,
         io: &mut TcpStream,
         scratch: &mut Vec<u8>,
         trailers: Option<&HeaderMap>,
     ) -> Result<(), WriteError> {
-        match self.left {
-            Some(0) => Ok(()),
-            Some(_) => Err(WriteError::Shorter),
-            None => {
+        match self.delimit {
+            Delimit::Length(0) | Delimit::Close => Ok(()),
+            Delimit::Length(_) => Err(WriteError::Shorter),
+            Delimit::Chunked => {
                 encode::last_chunk(trailers, scratch);
                 io.write_all(scratch).await?;
                 Ok(())
