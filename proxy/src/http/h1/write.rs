@@ -1,6 +1,6 @@
 //! Writes an HTTP/1 message body after its head, frame by frame: raw against a declared length,
-//! chunked with the trailer section at the end, or raw until the connection closes (HTTP/1.0). Shared by the upstream client (request
-//! bodies) and the downstream fast path (response bodies).
+//! chunked with the trailer section at the end, or raw until the connection closes (HTTP/1.0).
+//! Shared by the upstream client (request bodies) and the downstream fast path (response bodies).
 
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
