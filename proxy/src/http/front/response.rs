@@ -150,9 +150,20 @@ mod tests {
         exact: Option<u64>,
         close: bool,
     ) -> (String, Framing, bool) {
+        encode_for(resp, method, exact, close, false)
+    }
+
+    /// The head for an HTTP/1.1 client, or an HTTP/1.0 one (`http10`).
+    fn encode_for(
+        resp: Response<()>,
+        method: Method,
+        exact: Option<u64>,
+        close: bool,
+        http10: bool,
+    ) -> (String, Framing, bool) {
         let (parts, ()) = resp.into_parts();
         let mut out = Vec::new();
-        let (f, closes) = head(&parts, &method, exact, close, false, &mut out);
+        let (f, closes) = head(&parts, &method, exact, close, http10, &mut out);
         (String::from_utf8(out).expect("ascii"), f, closes)
     }
 
@@ -222,15 +233,9 @@ mod tests {
 
     #[test]
     fn an_http10_client_gets_a_10_head_and_no_chunked_body() {
-        let head10 = |resp: Response<()>, exact, close| {
-            let (parts, ()) = resp.into_parts();
-            let mut out = Vec::new();
-            let (f, closes) = head(&parts, &Method::GET, exact, close, true, &mut out);
-            (
-                without_date(&String::from_utf8(out).expect("ascii")),
-                f,
-                closes,
-            )
+        let head10 = |resp, exact, close| {
+            let (s, f, closes) = encode_for(resp, Method::GET, exact, close, true);
+            (without_date(&s), f, closes)
         };
         let ok = || Response::builder().body(()).expect("response");
         assert_eq!(
