@@ -1,3 +1,5 @@
+//! What the index resolves each kind of target to, and the updates it prepares.
+
 use std::sync::Arc;
 
 use prost::Message;
