@@ -1,0 +1,198 @@
+//! Scalars validated as they are read: methods, header names and values, regular expressions
+//! and durations, each pinned to its own line and column when it is bad.
+
+use std::{fmt, str::FromStr, sync::Arc, time::Duration};
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+/// HTTP method, validated at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Method(pub http::Method);
+
+/// Header name, validated (and lower-cased) at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderName(pub http::HeaderName);
+
+/// Header value, validated at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderValue(pub http::HeaderValue);
+
+/// A regular expression compiled at load time; matching is anchored (whole value), as Gateway API
+/// implementations do.
+#[derive(Debug, Clone)]
+pub struct Pattern(pub Arc<regex::Regex>);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+/// A duration written as Go/Kubernetes do: `250ms`, `10s`, `1m`, `1h`, `1m30s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Dur(pub Duration);
+
+macro_rules! string_newtype {
+    ($ty:ident, $what:literal, |$s:ident| $parse:expr, |$v:ident| $show:expr) => {
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                // Parsing inside `visit_str` (not after `String::deserialize`) lets serde_yaml pin a
+                // bad value to its own line and column instead of the enclosing mapping's.
+                struct V;
+                impl<'de> de::Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("a ", $what))
+                    }
+                    fn visit_str<E: de::Error>(self, $s: &str) -> Result<$ty, E> {
+                        let parsed: Result<$ty, String> = $parse;
+                        parsed.map_err(|e| {
+                            E::custom(format!(concat!("invalid ", $what, " {:?}: {}"), $s, e))
+                        })
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let $v = self;
+                s.serialize_str(&$show)
+            }
+        }
+    };
+}
+
+string_newtype!(
+    Method,
+    "method",
+    |s| http::Method::from_str(s)
+        .map(Method)
+        .map_err(|e| e.to_string()),
+    |v| v.0.as_str()
+);
+string_newtype!(
+    HeaderName,
+    "header name",
+    |s| http::HeaderName::from_str(s)
+        .map(HeaderName)
+        .map_err(|e| e.to_string()),
+    |v| v.0.as_str()
+);
+string_newtype!(
+    HeaderValue,
+    "header value",
+    |s| http::HeaderValue::from_str(s)
+        .map(HeaderValue)
+        .map_err(|e| e.to_string()),
+    |v| v.0.to_str().unwrap_or("")
+);
+// regex's message is a multi-line caret picture of our anchored wrapper; keep its last line only.
+string_newtype!(
+    Pattern,
+    "regular expression",
+    |s| regex::Regex::new(&format!("^(?:{s})$"))
+        .map(|r| Pattern(Arc::new(r)))
+        .map_err(|e| regex_reason(&e)),
+    |v| {
+        let s = v.0.as_str();
+        s.strip_prefix("^(?:")
+            .and_then(|s| s.strip_suffix(")$"))
+            .unwrap_or(s)
+    }
+);
+string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
+    format_duration(v.0)
+});
+
+fn regex_reason(e: &regex::Error) -> String {
+    let text = e.to_string();
+    let last = text.lines().last().unwrap_or("");
+    last.strip_prefix("error: ").unwrap_or(last).to_string()
+}
+
+/// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err("expected a number, like 10s or 500ms".into());
+        }
+        let n: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| "bad number".to_string())?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            "" => return Err("missing unit (h, m, s, ms, us, ns)".into()),
+            u => return Err(format!("unknown unit {u:?} (h, m, s, ms, us, ns)")),
+        };
+        rest = &rest[unit_len..];
+        total += Duration::from_secs_f64(n * secs);
+    }
+    Ok(total)
+}
+
+/// The shortest exact spelling `parse_duration` reads back: `10s`, `250ms`, `1500us`, `1ns`.
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    // Coarsest unit that loses nothing: a written-back registry must mean what was read.
+    if ns.is_multiple_of(1_000_000_000) {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns.is_multiple_of(1_000) {
+        format!("{}us", ns / 1_000)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_duration(self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_kubernetes() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("10x").is_err());
+    }
+
+    #[test]
+    fn durations_format_to_text_that_parses_back_exactly() {
+        for text in ["10s", "250ms", "1500us", "7ns", "0s"] {
+            let d = parse_duration(text).expect("valid");
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+    }
+}
