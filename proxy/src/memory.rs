@@ -56,7 +56,7 @@ impl TrimClock {
 }
 
 /// Runs forever: every `every`, trims the heap if enough connections released buffers and the
-/// releases have settled (see [`TrimClock::tick`]).
+/// releases have settled (see `TrimClock::tick`).
 pub async fn trim_after_releases(every: Duration) {
     let start = RELEASES.load(Relaxed);
     let mut clock = TrimClock {

@@ -7,7 +7,7 @@ use serde::{de, Deserialize, Deserializer, Serialize};
 
 use super::{BackendRef, Dur, HeaderName, HeaderValue};
 
-/// Ordered filters, applied in the order written. Deserialized through [`FilterRepr`] (see there).
+/// Ordered filters, applied in the order written. Deserialized through `FilterRepr` (see there).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "type")]
 pub enum Filter {
@@ -167,7 +167,7 @@ pub struct UrlRewrite {
     pub path: Option<PathModifier>,
 }
 
-/// Deserialized through [`PathModifierRepr`], for the same reason as [`FilterRepr`].
+/// Deserialized through `PathModifierRepr`, for the same reason as `FilterRepr`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(tag = "type")]
 pub enum PathModifier {
