@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use weir_tests::http_client::{self, raw_status};
+use weir_tests::http_client::{self, head_len, raw_status};
 use weir_tests::wait::{poll_until, within};
 use weir_tests::{TestBackend, WeirProxy};
 
@@ -118,9 +118,9 @@ async fn read_one_response(io: &mut TcpStream) -> (u16, String) {
     let mut buf = [0u8; 4096];
     within(DEADLINE, "one response", async {
         loop {
-            if let Some(head_end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = show(&data[..head_end]).to_ascii_lowercase();
-                let body = &data[head_end + 4..];
+            if let Some(at) = head_len(&data) {
+                let head = show(&data[..at]).to_ascii_lowercase();
+                let body = &data[at..];
                 let complete = if let Some(len) = head
                     .lines()
                     .find_map(|l| l.strip_prefix("content-length:"))
@@ -315,11 +315,7 @@ async fn http10_clients_get_10_heads_keep_alive_only_when_asked_and_no_chunked_b
         b"GET /_/bytes/100000 HTTP/1.0\r\nHost: echo.test\r\nConnection: keep-alive\r\n\r\n",
     )
     .await;
-    let at = reply
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a whole head")
-        + 4;
+    let at = head_len(&reply).expect("a whole head");
     let head = show(&reply[..at]).to_ascii_lowercase();
     assert!(head.starts_with("http/1.0 200 ok\r\n"), "{head}");
     assert!(!head.contains("transfer-encoding"), "{head}");

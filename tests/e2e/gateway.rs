@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use weir_tests::http_client::{get, request, send, H1Conn, Reply};
+use weir_tests::http_client::{get, head_len, request, send, H1Conn, Reply};
 use weir_tests::nginx::parse_echo;
 use weir_tests::wait::within;
 use weir_tests::{free_addr, metrics, poll_until, require, Nginx, TestBackend, WeirProxy};
@@ -579,17 +579,15 @@ async fn hop_by_hop_backend() -> SocketAddr {
                 let mut chunk = [0u8; 4096];
                 loop {
                     // One request head at a time (the proxy sends GETs without bodies).
-                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let end = loop {
+                        if let Some(end) = head_len(&buf) {
+                            break end;
+                        }
                         match io.read(&mut chunk).await {
                             Ok(0) | Err(_) => return,
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
-                    }
-                    let end = buf
-                        .windows(4)
-                        .position(|w| w == b"\r\n\r\n")
-                        .expect("a full head")
-                        + 4;
+                    };
                     buf.drain(..end);
                     let resp = b"HTTP/1.1 200 OK\r\nConnection: x-hop-resp\r\nX-Hop-Resp: 1\r\n\
                         Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\n\

@@ -256,3 +256,11 @@ pub fn raw_status(response: &[u8]) -> Option<u16> {
     words.next().filter(|v| v.starts_with("HTTP/"))?;
     words.next()?.parse().ok()
 }
+
+/// The length of a raw HTTP/1 message's head, through its blank line; `None` until it is whole.
+pub fn head_len(message: &[u8]) -> Option<usize> {
+    message
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|at| at + 4)
+}
