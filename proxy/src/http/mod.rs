@@ -7,6 +7,8 @@ pub mod head_guard;
 pub mod headers;
 pub mod park;
 pub mod pool;
+#[cfg(any(test, fuzzing))]
+pub mod props;
 pub mod read_room;
 pub mod scratch;
 pub mod server;

@@ -9,7 +9,7 @@
 //! hyper's server cost about a third of the proxy's instructions per request (its dispatcher,
 //! buffers reallocated per request, the guard's second look at every head).
 
-mod request;
+pub(crate) mod request;
 mod response;
 #[cfg(test)]
 mod tests;

@@ -112,6 +112,10 @@ impl Chunked {
         }
         let mut slots = [httparse::EMPTY_HEADER; MAX_TRAILER_FIELDS];
         let (len, fields) = match httparse::parse_headers(buf, &mut slots) {
+            // The limit holds however the section arrived, whole or in reads.
+            Ok(httparse::Status::Complete((len, _))) if len > MAX_TRAILERS => {
+                return Err(Error::Protocol("chunked trailers too large"))
+            }
             Ok(httparse::Status::Complete(done)) => done,
             Ok(httparse::Status::Partial) if buf.len() > MAX_TRAILERS => {
                 return Err(Error::Protocol("chunked trailers too large"))
@@ -119,6 +123,14 @@ impl Chunked {
             Ok(httparse::Status::Partial) => return Ok(Step::More),
             Err(_) => return Err(Error::Protocol("malformed chunked trailers")),
         };
+        // httparse ends a line at a bare LF too; here, as on every chunk line, only CRLF does.
+        if buf[..len]
+            .iter()
+            .enumerate()
+            .any(|(i, &b)| b == b'\n' && (i == 0 || buf[i - 1] != b'\r'))
+        {
+            return Err(Error::Protocol("bare LF in chunked trailers"));
+        }
         let mut map = HeaderMap::with_capacity(fields.len());
         for f in fields {
             let name = HeaderName::from_bytes(f.name.as_bytes())
@@ -155,7 +167,8 @@ fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, Error> {
         Some(0) => Err(Error::Protocol("bare LF in chunk line")),
         Some(lf) if window[lf - 1] == b'\r' => Ok(Some(lf - 1)),
         Some(_) => Err(Error::Protocol("bare LF in chunk line")),
-        None if buf.len() > max => Err(Error::Protocol("chunk line too long")),
+        // A line of `max` bytes may still be waiting for the LF after its CR.
+        None if buf.len() >= max + 2 => Err(Error::Protocol("chunk line too long")),
         None => Ok(None),
     }
 }
@@ -168,7 +181,11 @@ fn chunk_size(line: &[u8]) -> Result<u64, Error> {
         return Err(Error::Protocol("invalid chunk size"));
     }
     let rest = &line[digits..];
-    let ext = rest.trim_ascii_start();
+    // BWS is spaces and tabs only (RFC 9110 §5.6.3), not every ASCII whitespace byte.
+    let ext = &rest[rest
+        .iter()
+        .position(|&b| b != b' ' && b != b'\t')
+        .unwrap_or(rest.len())..];
     if !(rest.is_empty() || ext.first() == Some(&b';')) {
         return Err(Error::Protocol("invalid chunk size"));
     }
@@ -257,6 +274,10 @@ mod tests {
             b"\r\n",
             b"5;a=\x01\r\nhello\r\n0\r\n\r\n",
             b"0\r\nbad trailer\r\n\r\n",
+            b"0\r\nx: 1\n\r\n",
+            b"0\r\nx: 1\r\n\n",
+            b"0\r\n\nx",
+            b"0\x0c;ext=\r\n\r\n",
         ] {
             assert!(
                 decode(bad, &[]).is_err(),

@@ -52,6 +52,11 @@ pub fn response(
         let mut parsed = httparse::Response::new(&mut []);
         let parser = httparse::ParserConfig::default();
         let len = match parser.parse_response_with_uninit_headers(&mut parsed, buf, &mut slots) {
+            // The limit holds for a head that arrived whole too, not only for one still arriving:
+            // otherwise the read boundaries would decide.
+            Ok(httparse::Status::Complete(n)) if n > MAX_HEAD => {
+                return Err(Error::Protocol("response head too large"))
+            }
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
                 return Err(Error::Protocol("response head too large"))

@@ -4,7 +4,7 @@
 //! instructions per request; upgrades and HTTP/2 still go through hyper.)
 
 mod body;
-mod chunked;
+pub(crate) mod chunked;
 pub(crate) mod decode;
 pub(crate) mod encode;
 pub(crate) mod names;

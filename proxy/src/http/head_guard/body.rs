@@ -5,14 +5,14 @@ use super::head::Reject;
 
 /// The rest of one request body.
 #[derive(Debug)]
-pub(super) enum Body {
+pub(crate) enum Body {
     Length(u64),
     Chunked(Chunked),
 }
 
 impl Body {
     /// Consumes body bytes from the front of `data`: how many, and whether the body ended.
-    pub(super) fn advance(&mut self, data: &[u8]) -> Result<(usize, bool), Reject> {
+    pub(crate) fn advance(&mut self, data: &[u8]) -> Result<(usize, bool), Reject> {
         match self {
             Body::Length(left) => {
                 let n = usize::try_from(*left).map_or(data.len(), |l| l.min(data.len()));
@@ -42,7 +42,7 @@ enum St {
 
 /// A chunked body in progress.
 #[derive(Debug)]
-pub(super) struct Chunked {
+pub(crate) struct Chunked {
     state: St,
     size: u64,
     trailer_bytes: usize,
@@ -51,7 +51,7 @@ pub(super) struct Chunked {
 
 impl Chunked {
     /// A body whose trailer section may be at most `max_trailer_bytes` long.
-    pub(super) fn new(max_trailer_bytes: usize) -> Self {
+    pub(crate) fn new(max_trailer_bytes: usize) -> Self {
         Self {
             state: St::Size { digits: false },
             size: 0,

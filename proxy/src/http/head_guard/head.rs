@@ -74,7 +74,7 @@ pub(super) const MAX_HEADERS: usize = 100;
 
 /// Where the message after a head ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     None,
     Length(u64),
     Chunked,
@@ -82,7 +82,7 @@ pub(super) enum Framing {
 
 /// What a valid head tells the guard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Verdict {
+pub(crate) struct Verdict {
     pub framing: Framing,
     /// CONNECT or Upgrade: hyper may hand the connection over, depending on the response.
     pub may_switch: bool,
@@ -152,7 +152,7 @@ fn is_plain(b: u8) -> bool {
 }
 
 /// The index of the first byte at or after `i` that is not [`is_plain`] (`buf.len()` if none).
-fn skip_plain(buf: &[u8], mut i: usize) -> usize {
+pub(crate) fn skip_plain(buf: &[u8], mut i: usize) -> usize {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     while let Some(word) = buf.get(i..i + 8) {
@@ -184,7 +184,7 @@ fn check_field_line(line: &[u8]) -> Result<(), Reject> {
 }
 
 /// Parses a complete head (already through `HeadScan`) and decides its body framing.
-pub(super) fn validate(head: &[u8]) -> Result<Verdict, Reject> {
+pub(crate) fn validate(head: &[u8]) -> Result<Verdict, Reject> {
     // Left uninitialised: httparse writes only the fields it finds (filling 100 empty headers
     // per request showed in profiles).
     let mut headers =

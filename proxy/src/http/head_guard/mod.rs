@@ -7,8 +7,8 @@
 //! reaches hyper: in its place hyper reads a request line it answers with 400 (431 for size), then
 //! end-of-stream, so hyper writes that answer after any responses still owed and closes.
 
-mod body;
-mod head;
+pub(crate) mod body;
+pub(crate) mod head;
 mod switch_tap;
 #[cfg(test)]
 mod tests;
