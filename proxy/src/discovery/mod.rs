@@ -4,6 +4,8 @@
 pub mod control;
 pub mod from_proto;
 pub mod index;
+#[cfg(any(test, fuzzing))]
+pub mod props;
 pub mod registry_file;
 pub mod watch_file;
 

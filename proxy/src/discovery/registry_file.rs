@@ -3,7 +3,7 @@
 
 mod locate;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod validate;
 
 use std::{fmt, path::Path};
@@ -95,7 +95,7 @@ pub fn parse(origin: &str, text: &str) -> Result<Registry, RegistryError> {
         Ok(registry) => registry,
         Err(first) => {
             let errors = locate::structural_errors(text, first);
-            let problems = errors.iter().map(|e| from_serde(origin, e)).collect();
+            let problems = errors.iter().map(|e| from_serde(origin, text, e)).collect();
             return Err(RegistryError::Invalid(sorted(problems)));
         }
     };
@@ -133,7 +133,7 @@ fn sorted(mut problems: Vec<Problem>) -> Vec<Problem> {
     problems
 }
 
-fn from_serde(origin: &str, e: &serde_yaml::Error) -> Problem {
+fn from_serde(origin: &str, text: &str, e: &serde_yaml::Error) -> Problem {
     let mut message = e.to_string();
     let (line, column) = match e.location() {
         Some(l) => (l.line(), l.column()),
@@ -144,10 +144,25 @@ fn from_serde(origin: &str, e: &serde_yaml::Error) -> Problem {
     if let Some(at) = message.find(&suffix) {
         message.replace_range(at..at + suffix.len(), "");
     }
+    // At the end of a file without a final line break, libyaml reports the start of the line
+    // after the last one; point at the end of the last line instead, which an editor can show.
+    let last = yaml_lines(text).count();
+    let (line, column) = if line > last {
+        let tail = yaml_lines(text).last().unwrap_or_default();
+        (last, tail.chars().count() + 1)
+    } else {
+        (line, column)
+    };
     Problem {
         origin: origin.to_string(),
         line,
         column,
         message,
     }
+}
+
+/// The lines of `text` as YAML (libyaml) counts them: broken at CR LF, LF, CR, NEL, LS and PS.
+pub(crate) fn yaml_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split("\r\n")
+        .flat_map(|l| l.split(['\n', '\r', '\u{85}', '\u{2028}', '\u{2029}']))
 }

@@ -428,3 +428,14 @@ fn bad_rate_limit_overrides_are_reported_at_their_entry() {
         ]
     );
 }
+
+#[test]
+fn an_error_at_the_end_of_a_file_without_a_final_line_break_points_at_its_last_line() {
+    let err = parse("r.yaml", "services:\n  - name: a\n    hosts: [a, b").expect_err("unclosed");
+    let p = &err.problems()[0];
+    assert_eq!((p.line, p.column), (3, 17), "{p}");
+    // libyaml breaks lines at a lone CR too, and so do the positions.
+    let err = parse("r.yaml", "services:\r  - name: a\r    hosts: [a").expect_err("unclosed");
+    let p = &err.problems()[0];
+    assert_eq!((p.line, p.column), (3, 14), "{p}");
+}
