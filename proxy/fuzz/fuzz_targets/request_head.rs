@@ -1,0 +1,11 @@
+//! A request head as the gateway's guard and fast path read it: the first byte picks the read boundaries, the rest is the input
+//! (`weir_proxy::http::props::request_head`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Some((&seed, input)) = data.split_first() {
+        weir_proxy::http::props::request_head(seed, input);
+    }
+});
