@@ -223,14 +223,17 @@ fn rate_limit(r: pb::RateLimitPolicy) -> RateLimitPolicy {
     }
 }
 
-/// A `google.protobuf.Duration`, refused when negative or malformed.
+/// A `google.protobuf.Duration`, refused when negative, malformed, or longer than a registry
+/// file may set (`model::MAX_DURATION`).
 fn duration(d: prost_types::Duration) -> Result<Duration, String> {
     let secs = u64::try_from(d.seconds).map_err(|_| format!("negative duration {d}"))?;
     let nanos = u32::try_from(d.nanos)
         .ok()
         .filter(|&n| n < 1_000_000_000)
         .ok_or_else(|| format!("invalid nanos {} in duration", d.nanos))?;
-    Ok(Duration::new(secs, nanos))
+    Some(Duration::new(secs, nanos))
+        .filter(|d| *d <= model::MAX_DURATION)
+        .ok_or_else(|| format!("duration {d} longer than 100 years"))
 }
 
 fn opt_dur(name: &str, d: Option<prost_types::Duration>) -> Result<Option<Dur>, InvalidProto> {

@@ -111,7 +111,13 @@ fn regex_reason(e: &regex::Error) -> String {
     last.strip_prefix("error: ").unwrap_or(last).to_string()
 }
 
-/// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`).
+/// The longest duration a file or variable may set: 100 years, ample for "never" while every
+/// deadline, doubling backoff and jitter computed from it stays far from `Duration`'s and
+/// `Instant`'s limits.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Parses `1h2m3s4ms` style durations (units h, m, s, ms, us, ns; fractions allowed: `1.5s`),
+/// at most [`MAX_DURATION`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     if s.is_empty() {
@@ -147,7 +153,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             u => return Err(format!("unknown unit {u:?} (h, m, s, ms, us, ns)")),
         };
         rest = &rest[unit_len..];
-        total += Duration::from_secs_f64(n * secs);
+        // A number too large for any duration (or written with 400 digits) is refused here,
+        // never passed on to a conversion that panics.
+        total = Duration::try_from_secs_f64(n * secs)
+            .ok()
+            .and_then(|part| total.checked_add(part))
+            .filter(|t| *t <= MAX_DURATION)
+            .ok_or("too long: at most 876000h (100 years)")?;
     }
     Ok(total)
 }
@@ -185,6 +197,17 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("10x").is_err());
+        assert_eq!(parse_duration("876000h"), Ok(MAX_DURATION));
+        for too_long in [
+            "876000h1ns",
+            "99999999999999999999h",
+            "18446744073709551616s",
+            &"9".repeat(400),
+            &format!("{}s", "9".repeat(400)),
+            "500000h500000h",
+        ] {
+            assert!(parse_duration(too_long).is_err(), "{too_long}");
+        }
     }
 
     #[test]

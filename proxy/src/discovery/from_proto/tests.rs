@@ -316,12 +316,19 @@ fn a_bad_header_name_is_refused_naming_the_field() {
 }
 
 #[test]
-fn a_negative_duration_and_an_unknown_protocol_are_refused() {
+fn a_negative_or_endless_duration_and_an_unknown_protocol_are_refused() {
     let mut s = snapshot();
     if let Some(p) = s.services[0].policy.as_mut() {
         p.timeout = dur(-1, 0);
     }
     let err = Registry::try_from(s).expect_err("negative");
+    assert_eq!(err.field, "services[0].policy.timeout");
+
+    let mut s = snapshot();
+    if let Some(p) = s.services[0].policy.as_mut() {
+        p.timeout = dur(i64::MAX, 0);
+    }
+    let err = Registry::try_from(s).expect_err("longer than any clock");
     assert_eq!(err.field, "services[0].policy.timeout");
 
     let mut s = snapshot();

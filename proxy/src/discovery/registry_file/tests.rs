@@ -439,3 +439,12 @@ fn an_error_at_the_end_of_a_file_without_a_final_line_break_points_at_its_last_l
     let p = &err.problems()[0];
     assert_eq!((p.line, p.column), (3, 14), "{p}");
 }
+
+#[test]
+fn a_duration_too_long_for_any_clock_is_refused_at_its_place() {
+    let text = "services:\n  - name: a\n    policy:\n      timeout: 99999999999999999999h\n";
+    let err = parse("r.yaml", text).expect_err("too long");
+    let p = &err.problems()[0];
+    assert_eq!(p.line, 4, "{p}");
+    assert!(p.message.contains("at most 876000h"), "{p}");
+}
