@@ -285,5 +285,8 @@ fn chunked_body_in(data: &[u8], ends: &[usize]) {
     }
 }
 
+mod stream;
 #[cfg(test)]
 mod tests;
+
+pub use stream::downstream_bytes;

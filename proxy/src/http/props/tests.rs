@@ -3,10 +3,14 @@
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
-use super::{chunked_body, chunked_body_in, request_head, response_head, response_head_in};
+use super::{
+    chunked_body, chunked_body_in, downstream_bytes, request_head, response_head, response_head_in,
+};
 
 /// Mutations per property: ~1 s in all for the three in a debug build.
 const CASES: usize = 4000;
+/// Connections with mutated requests to the whole downstream server: ~1 s in a debug build.
+const STREAMS: usize = 300;
 
 const REQUESTS: &[&[u8]] = &[
     b"GET /a?b=c HTTP/1.1\r\nHost: svc\r\nUser-Agent: t/1\r\nAccept: */*\r\n\r\n",
@@ -74,6 +78,22 @@ fn check_mutations(seeds: &[&[u8]], property: fn(u8, &[u8])) {
         for s in 0..=255 {
             property(s, seed);
         }
+    }
+}
+
+#[test]
+fn any_bytes_a_client_sends_get_well_formed_responses_then_a_close() {
+    let mut rng = SmallRng::seed_from_u64(0x5e4e_d00d);
+    for _ in 0..STREAMS {
+        // One to three requests back to back (a pipeline), then the mutations.
+        let mut wire = Vec::new();
+        for _ in 0..rng.gen_range(1..=3) {
+            wire.extend_from_slice(REQUESTS[rng.gen_range(0..REQUESTS.len())]);
+        }
+        downstream_bytes(&mutate(&mut rng, &wire));
+    }
+    for seed in REQUESTS {
+        downstream_bytes(seed);
     }
 }
 
