@@ -288,5 +288,7 @@ fn chunked_body_in(data: &[u8], ends: &[usize]) {
 mod stream;
 #[cfg(test)]
 mod tests;
+mod upstream;
 
 pub use stream::downstream_bytes;
+pub use upstream::upstream_bytes;
