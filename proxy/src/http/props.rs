@@ -30,6 +30,15 @@ fn read_ends(seed: u8, len: usize) -> Vec<usize> {
     ends
 }
 
+/// A runtime for one thread's loopback exchanges, made once per thread (a fuzzer calls a
+/// property many times a second).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// `data` for a failure message: escaped, and cut short.
 fn show(data: &[u8]) -> String {
     let s = data.escape_ascii().to_string();
@@ -292,3 +301,5 @@ mod upstream;
 
 pub use stream::downstream_bytes;
 pub use upstream::upstream_bytes;
+#[cfg(test)]
+pub(crate) use upstream::Slot;

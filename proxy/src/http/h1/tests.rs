@@ -1,6 +1,6 @@
 //! The HTTP/1 client over real sockets, against an upstream whose every byte the test writes.
 
-use std::{sync::Mutex, time::Duration};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -12,6 +12,7 @@ use tokio::{
 use http::Request;
 
 use super::*;
+use crate::http::props::Slot;
 
 /// [`super::send`] for a whole request, owning it (the tests spawn it).
 async fn send(
@@ -21,23 +22,6 @@ async fn send(
 ) -> Result<Response<ProxyBody>, Failed> {
     let (parts, body) = req.into_parts();
     super::send(conn, Box::new(parts), body, home).await
-}
-
-/// A pool of one: keeps the connection checked in.
-#[derive(Default)]
-struct Slot(Mutex<Option<Box<Conn>>>);
-
-impl Home for Slot {
-    fn checkin(&self, conn: Box<Conn>) {
-        let old = self.0.lock().expect("lock").replace(conn);
-        assert!(old.is_none(), "one connection per test");
-    }
-}
-
-impl Slot {
-    fn take(&self) -> Option<Box<Conn>> {
-        self.0.lock().expect("lock").take()
-    }
 }
 
 /// A connected pair: our client's connection and the upstream's end of it.

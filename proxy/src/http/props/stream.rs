@@ -55,10 +55,7 @@ thread_local! {
 }
 
 fn start() -> Server {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = super::runtime();
     let cfg = ServerConfig {
         header_read_timeout: Duration::from_secs(2),
         max_header_bytes: 16 * 1024,

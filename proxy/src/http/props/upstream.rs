@@ -29,14 +29,21 @@ use crate::http::{
 /// How long the exchange may take once the upstream has written everything and closed.
 const DEADLINE: Duration = Duration::from_secs(5);
 
-/// A pool of one.
+/// A pool of one: keeps the connection checked in (the client's unit tests use it too).
 #[derive(Default)]
-struct Slot(Mutex<Option<Box<Conn>>>);
+pub(crate) struct Slot(Mutex<Option<Box<Conn>>>);
 
 impl Home for Slot {
     fn checkin(&self, conn: Box<Conn>) {
         let old = self.0.lock().expect("lock").replace(conn);
         assert!(old.is_none(), "a connection came home twice");
+    }
+}
+
+impl Slot {
+    /// The connection, if it came home.
+    pub(crate) fn take(&self) -> Option<Box<Conn>> {
+        self.0.lock().expect("lock").take()
     }
 }
 
@@ -51,10 +58,7 @@ thread_local! {
 }
 
 fn start() -> Upstream {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = super::runtime();
     let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr");
     Upstream { rt, listener, addr }
@@ -143,7 +147,7 @@ async fn exchange(l: &TcpListener, addr: SocketAddr, data: &[u8]) -> (Seen, bool
             }
         }
     };
-    let came_home = home.0.lock().expect("lock").take().is_some();
+    let came_home = home.take().is_some();
     (seen, came_home)
 }
 
