@@ -294,6 +294,7 @@ fn chunked_body_in(data: &[u8], ends: &[usize]) {
     }
 }
 
+mod requests;
 mod stream;
 #[cfg(test)]
 mod tests;

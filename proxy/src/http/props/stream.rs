@@ -1,6 +1,8 @@
 //! A property of the whole downstream HTTP/1 server (fast path, guard and hyper behind it) over a
-//! real loopback socket: whatever bytes a client sends before it half-closes, the server answers
-//! with well-formed responses only, then closes, within a deadline.
+//! real loopback socket: whatever bytes a client sends before it half-closes, the handler is
+//! given exactly the requests the guard's rules find there, in their order and with their
+//! bodies (none smuggled, none misframed, none dropped), and the server answers with
+//! well-formed responses only, then closes, within a deadline.
 
 use std::{cell::RefCell, net::SocketAddr, time::Duration};
 
@@ -12,6 +14,7 @@ use tokio::{
     runtime::Runtime,
 };
 
+use super::requests::{requests_in, Served};
 use crate::{
     config::H2Limits,
     drain::{self, DrainTx},
@@ -24,19 +27,34 @@ use crate::{
     transport::prefixed::Prefixed,
 };
 
+/// The server's head limit.
+const MAX_HEAD: usize = 16 * 1024;
+
 /// How long a connection may take to answer and close once the client has sent everything.
 const DEADLINE: Duration = Duration::from_secs(5);
 
-/// Reads the body whole and answers `204` with `x-body-bytes`: no response has a body, so the
-/// responses can be told apart without knowing which request each answers.
-async fn handler(_: Box<Parts>, body: ProxyBody) -> Response<ProxyBody> {
+thread_local! {
+    /// What the handler was given on this thread's current connection.
+    static SERVED: RefCell<Vec<Served>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Notes the request and its body's length (unless the body failed) and answers `204` with
+/// `x-body-bytes`: no response has a body, so the responses can be told apart without knowing
+/// which request each answers.
+async fn handler(parts: Box<Parts>, body: ProxyBody) -> Response<ProxyBody> {
     let n = match body {
-        ProxyBody::Full(Some(b)) => b.len(),
+        ProxyBody::Full(Some(b)) => Some(b.len()),
         ProxyBody::Incoming(b) => http_body_util::BodyExt::collect(b)
             .await
-            .map_or(0, |c| c.to_bytes().len()),
-        _ => 0,
+            .ok()
+            .map(|c| c.to_bytes().len()),
+        _ => Some(0),
     };
+    if let Some(n) = n {
+        let seen = (parts.method.to_string(), parts.uri.path().to_owned(), n);
+        SERVED.with_borrow_mut(|s| s.push(seen));
+    }
+    let n = n.unwrap_or(0);
     let mut r = Response::new(ProxyBody::Empty);
     *r.status_mut() = http::StatusCode::NO_CONTENT;
     r.headers_mut().insert("x-body-bytes", HeaderValue::from(n));
@@ -58,7 +76,7 @@ fn start() -> Server {
     let rt = super::runtime();
     let cfg = ServerConfig {
         header_read_timeout: Duration::from_secs(2),
-        max_header_bytes: 16 * 1024,
+        max_header_bytes: MAX_HEAD,
         idle_timeout: Duration::from_secs(30),
         park_after: Duration::from_millis(250),
         h2: H2Limits::default(),
@@ -85,8 +103,16 @@ fn start() -> Server {
 pub fn downstream_bytes(data: &[u8]) {
     SERVER.with_borrow_mut(|server| {
         let s = server.get_or_insert_with(start);
+        SERVED.with_borrow_mut(Vec::clear);
         let back = s.rt.block_on(exchange(s.addr, data));
         check_responses(&back, data);
+        let served = SERVED.with_borrow_mut(std::mem::take);
+        let found = requests_in(data, MAX_HEAD);
+        assert!(
+            served == found,
+            "served {served:?}, but the guard's rules find {found:?} in {}",
+            super::show(data)
+        );
     });
 }
 
