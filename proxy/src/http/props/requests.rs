@@ -4,10 +4,7 @@
 
 use http::Uri;
 
-use crate::http::{
-    h1::chunked,
-    head_guard::{body, head},
-};
+use crate::http::head_guard::{body, head};
 
 /// What the handler sees of one request: method, path, body length.
 pub(super) type Served = (String, String, usize);
@@ -75,22 +72,25 @@ pub(super) fn requests_in(data: &[u8], max_head: usize) -> Vec<Served> {
     out
 }
 
-/// A chunked body at the front of `body`: its decoded length and the bytes it takes, if the
-/// guard's tracker and the decoder both find it whole.
+/// A chunked body at the front of `body`, if the guard's tracker finds it whole: its data's
+/// length and the bytes it takes. The tracker has checked the grammar, so the sizes are read
+/// off the chunk lines directly (trailers, which hyper reads more leniently than the upstream
+/// decoder, play no part).
 fn chunked_len(body: &[u8], max_trailers: usize) -> Option<(usize, usize)> {
     let mut tracker = body::Body::Chunked(body::Chunked::new(max_trailers));
     let used = match tracker.advance(body) {
         Ok((n, true)) => n,
         _ => return None,
     };
-    let mut buf = bytes::BytesMut::from(&body[..used]);
-    let mut d = chunked::Chunked::default();
-    let mut len = 0;
+    let (mut at, mut len) = (0, 0);
     loop {
-        match d.step(&mut buf).ok()? {
-            chunked::Step::Data(b) => len += b.len(),
-            chunked::Step::End | chunked::Step::Trailers(_) => return Some((len, used)),
-            chunked::Step::More => return None,
+        let line = body[at..used].split(|&b| b == b'\r').next()?;
+        let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        let size = usize::from_str_radix(std::str::from_utf8(&line[..digits]).ok()?, 16).ok()?;
+        if size == 0 {
+            return Some((len, used));
         }
+        len += size;
+        at += line.len() + 2 + size + 2;
     }
 }
