@@ -27,7 +27,9 @@ impl Body {
 /// Where in the chunk grammar the next byte falls (RFC 9112 §7.1), CRLF only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum St {
-    Size { digits: bool },
+    Size {
+        digits: bool,
+    },
     SizeWs,
     Ext,
     SizeLf,
@@ -35,6 +37,9 @@ enum St {
     DataCr,
     DataLf,
     LineStart,
+    /// In a trailer field's name.
+    TrailerName,
+    /// In a trailer field's value.
     Trailer,
     TrailerLf,
     EndLf,
@@ -96,14 +101,13 @@ impl Chunked {
                 (St::DataLf, b'\n') => St::Size { digits: false },
                 (St::LineStart, b'\r') => St::EndLf,
                 (St::EndLf, b'\n') => return Ok((i, true)),
-                (St::LineStart, b' ' | b'\t') => return Err(Reject::MalformedChunk),
-                (St::LineStart | St::Trailer, _) if !is_ctl(b) => {
-                    self.trailer_bytes += 1;
-                    if self.trailer_bytes > self.max_trailer_bytes {
-                        return Err(Reject::MalformedChunk);
-                    }
-                    St::Trailer
+                // A trailer line is a field line, `name: value` (RFC 9112 §7.1.2), as hyper
+                // reads it: a line without a colon, or with space before it, is refused here.
+                (St::LineStart | St::TrailerName, _) if is_tchar(b) => {
+                    self.trailer(St::TrailerName)?
                 }
+                (St::TrailerName, b':') => self.trailer(St::Trailer)?,
+                (St::Trailer, _) if !is_ctl(b) => self.trailer(St::Trailer)?,
                 (St::Trailer, b'\r') => St::TrailerLf,
                 (St::TrailerLf, b'\n') => St::LineStart,
                 _ => return Err(Reject::MalformedChunk),
@@ -111,6 +115,20 @@ impl Chunked {
         }
         Ok((i, false))
     }
+
+    /// One more byte of the trailer section, which may be at most `max_trailer_bytes` long.
+    fn trailer(&mut self, next: St) -> Result<St, Reject> {
+        self.trailer_bytes += 1;
+        if self.trailer_bytes > self.max_trailer_bytes {
+            return Err(Reject::MalformedChunk);
+        }
+        Ok(next)
+    }
+}
+
+/// A byte of a token (RFC 9110 §5.6.2), as field names are.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Control characters, HTAB excepted (it is allowed in extensions and field values).
@@ -178,6 +196,10 @@ mod tests {
             b"5;a\0b\r\nhello\r\n0\r\n\r\n",
             b"0\r\nX: 1\n\r\n",
             b"0\r\n folded\r\n\r\n",
+            b"0\r\nlo\r\n0\r\n\r\n",
+            b"0\r\n: x\r\n\r\n",
+            b"0\r\nX : y\r\n\r\n",
+            b"0\r\nX\r\n\r\n",
             b"0\r\n\r\r",
             b"11111111111111111\r\n",
         ] {
