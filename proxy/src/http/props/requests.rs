@@ -9,11 +9,14 @@ use crate::http::head_guard::{body, head};
 /// What the handler sees of one request: method, path, body length.
 pub(super) type Served = (String, String, usize);
 
-/// The requests in `data` the server must serve, in this order; the list
-/// stops where the rules refuse, where the bytes run out, and after a request that ends the
-/// exchange (`Connection: close`, HTTP/1.0 without keep-alive, a CONNECT, which a 2xx turns into
-/// a tunnel).
-pub(super) fn requests_in(data: &[u8], max_head: usize) -> Vec<Served> {
+/// The requests in `data` the server must serve, in this order, and whether the list is all of
+/// them (`false`: the server may go on to serve more after the last). The list stops where the
+/// rules refuse, where the bytes run out, and after a request that ends the exchange
+/// (`Connection: close`, HTTP/1.0 without keep-alive, a CONNECT, which a 2xx turns into a
+/// tunnel). It stops open-ended after a `Connection` field with bytes beyond ASCII: hyper
+/// ignores such a field and the fast path reads its tokens, so whether the exchange goes on
+/// depends on the path that served it.
+pub(super) fn requests_in(data: &[u8], max_head: usize) -> (Vec<Served>, bool) {
     let mut out = Vec::new();
     let mut at = 0;
     while at < data.len() {
@@ -58,6 +61,13 @@ pub(super) fn requests_in(data: &[u8], max_head: usize) -> Vec<Served> {
                 .map(|t| t.trim_ascii().to_ascii_lowercase())
                 .collect::<Vec<_>>()
         };
+        let unreadable = req
+            .headers
+            .iter()
+            .any(|h| h.name.eq_ignore_ascii_case("connection") && !h.value.is_ascii());
+        if unreadable {
+            return (out, false);
+        }
         let conn = tokens("connection");
         let keep = if version == 0 {
             conn.iter().any(|t| t == b"keep-alive") && !conn.iter().any(|t| t == b"close")
@@ -69,7 +79,7 @@ pub(super) fn requests_in(data: &[u8], max_head: usize) -> Vec<Served> {
         }
         at += end + used;
     }
-    out
+    (out, true)
 }
 
 /// A chunked body at the front of `body`, if the guard's tracker finds it whole: its data's

@@ -107,9 +107,13 @@ pub fn downstream_bytes(data: &[u8]) {
         let back = s.rt.block_on(exchange(s.addr, data));
         check_responses(&back, data);
         let served = SERVED.with_borrow_mut(std::mem::take);
-        let found = requests_in(data, MAX_HEAD);
+        let (found, all) = requests_in(data, MAX_HEAD);
         assert!(
-            served == found,
+            if all {
+                served == found
+            } else {
+                served.starts_with(&found)
+            },
             "served {served:?}, but the guard's rules find {found:?} in {}",
             super::show(data)
         );
