@@ -1,6 +1,8 @@
-//! Properties the hand-written HTTP/1 framing code keeps for any input and any read boundaries:
-//! checked on seeded random input by the unit tests (`props/tests.rs`) and with coverage guidance
-//! by `cargo fuzz` (`proxy/fuzz`). Each function panics where a property fails.
+//! Properties weir's HTTP/1 handling keeps for any input: the hand-written framing code for any
+//! read boundaries (here), the whole downstream server and the upstream client over loopback
+//! sockets (`stream.rs`, `upstream.rs`). Checked on seeded random input by the unit tests
+//! (`props/tests.rs`) and with coverage guidance by `cargo fuzz` (`proxy/fuzz`). Each function
+//! panics where a property fails.
 
 use bytes::{Bytes, BytesMut};
 use http::HeaderValue;
