@@ -1,7 +1,7 @@
 //! Tracks where a request body ends (Content-Length or chunked), so the next head is looked for
 //! exactly where hyper will look for it.
 
-use super::head::Reject;
+use super::head::{Reject, MAX_HEADERS};
 
 /// The rest of one request body.
 #[derive(Debug)]
@@ -51,6 +51,7 @@ pub(crate) struct Chunked {
     state: St,
     size: u64,
     trailer_bytes: usize,
+    trailer_fields: usize,
     max_trailer_bytes: usize,
 }
 
@@ -61,6 +62,7 @@ impl Chunked {
             state: St::Size { digits: false },
             size: 0,
             trailer_bytes: 0,
+            trailer_fields: 0,
             max_trailer_bytes,
         }
     }
@@ -109,7 +111,14 @@ impl Chunked {
                 (St::TrailerName, b':') => self.trailer(St::Trailer)?,
                 (St::Trailer, _) if !is_ctl(b) => self.trailer(St::Trailer)?,
                 (St::Trailer, b'\r') => St::TrailerLf,
-                (St::TrailerLf, b'\n') => St::LineStart,
+                (St::TrailerLf, b'\n') => {
+                    // hyper refuses more trailer fields than head fields (its `max_headers`).
+                    self.trailer_fields += 1;
+                    if self.trailer_fields > MAX_HEADERS {
+                        return Err(Reject::MalformedChunk);
+                    }
+                    St::LineStart
+                }
                 _ => return Err(Reject::MalformedChunk),
             };
         }
@@ -211,6 +220,16 @@ mod tests {
     fn bounds_the_trailer_section() {
         let mut body = Body::Chunked(Chunked::new(4));
         assert_eq!(body.advance(b"0\r\nX: 12\r\n"), Err(Reject::MalformedChunk));
+        // As many fields as hyper reads, and no more.
+        let fields = |n| [&b"0\r\n"[..], &b"T: 1\r\n".repeat(n), b"\r\n"].concat();
+        assert_eq!(
+            end_of(&[&fields(MAX_HEADERS)]),
+            Ok(Some(fields(MAX_HEADERS).len()))
+        );
+        assert_eq!(
+            end_of(&[&fields(MAX_HEADERS + 1)]),
+            Err(Reject::MalformedChunk)
+        );
     }
 
     #[test]
