@@ -146,10 +146,9 @@ fn from_serde(origin: &str, text: &str, e: &serde_yaml::Error) -> Problem {
     }
     // At the end of a file without a final line break, libyaml reports the start of the line
     // after the last one; point at the end of the last line instead, which an editor can show.
-    let last = yaml_lines(text).count();
-    let (line, column) = if line > last {
-        let tail = yaml_lines(text).last().unwrap_or_default();
-        (last, tail.chars().count() + 1)
+    let (last, tail) = yaml_lines(text).enumerate().last().unwrap_or_default();
+    let (line, column) = if line > last + 1 {
+        (last + 1, tail.chars().count() + 1)
     } else {
         (line, column)
     };
