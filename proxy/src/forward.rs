@@ -17,7 +17,7 @@ use crate::{
     error::ProxyError,
     http::{
         body::ProxyBody,
-        headers::{strip_hop_by_hop, wants_upgrade},
+        headers::{join_cookies, strip_hop_by_hop, wants_upgrade},
         pool::{Conn, EndpointPool, UpstreamProto},
     },
     metrics::RouteMetrics,
@@ -137,10 +137,14 @@ pub(crate) async fn exchange(
 }
 
 /// Rewrites the request target for the upstream protocol: origin-form for HTTP/1.1 (Host kept),
-/// absolute form for HTTP/2 (`:authority` from Host).
+/// absolute form for HTTP/2 (`:authority` from Host). An HTTP/2 request going on as HTTP/1.1 has
+/// its `Cookie` fields joined into one.
 fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError> {
     match proto {
         UpstreamProto::Http1 => {
+            if parts.version == Version::HTTP_2 {
+                join_cookies(&mut parts.headers);
+            }
             if parts.uri.authority().is_some() {
                 if !parts.headers.contains_key(header::HOST) {
                     if let Some(a) = parts.uri.authority() {

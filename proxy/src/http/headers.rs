@@ -133,10 +133,53 @@ pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
             } else if parts.uri.authority().is_none() {
                 return Err(ProxyError::BadRequest("missing :authority"));
             }
+            // RFC 9113 §8.2.1: such a request is malformed (an HTTP/1 server that reads it on
+            // would trim the value and see another one).
+            if h.values().any(|v| edge_whitespace(v.as_bytes())) {
+                return Err(ProxyError::BadRequest(
+                    "field value starts or ends with whitespace",
+                ));
+            }
+            // RFC 9113 §8.3.1: no userinfo in an http(s) :authority; sent on as `Host` it would
+            // name another host to whatever reads it.
+            if parts
+                .uri
+                .authority()
+                .is_some_and(|a| a.as_str().contains('@'))
+            {
+                return Err(ProxyError::BadRequest("userinfo in :authority"));
+            }
         }
         _ => {}
     }
     Ok(())
+}
+
+fn edge_whitespace(v: &[u8]) -> bool {
+    let ws = |b: &u8| matches!(b, b' ' | b'\t');
+    v.first().is_some_and(ws) || v.last().is_some_and(ws)
+}
+
+/// Joins the `Cookie` fields of an HTTP/2 request into one, `; ` between them, before it goes on
+/// over HTTP/1.1 (RFC 9113 §8.2.3: HTTP/2 clients split cookies into a field each, where an
+/// HTTP/1.1 server expects one field and may read only the first).
+pub fn join_cookies(headers: &mut HeaderMap) {
+    let Entry::Occupied(mut e) = headers.entry(header::COOKIE) else {
+        return;
+    };
+    let mut values = e.iter();
+    let (Some(first), Some(_)) = (values.next(), values.next()) else {
+        return;
+    };
+    let mut joined = first.as_bytes().to_vec();
+    for v in e.iter().skip(1) {
+        joined.extend_from_slice(b"; ");
+        joined.extend_from_slice(v.as_bytes());
+    }
+    // Each part was a valid value, and `; ` is too.
+    if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(joined)) {
+        e.insert(v);
+    }
 }
 
 /// The request's authority (`Host` or `:authority`) without the port, lower-cased by `http`.
@@ -319,6 +362,32 @@ mod tests {
         assert!(validate_request(&p).is_ok());
         let p = parts(Version::HTTP_10, "/", &[]);
         assert!(validate_request(&p).is_ok());
+        for bad in [" v", "v\t", " "] {
+            let p = parts(Version::HTTP_2, "http://a/", &[("x", bad)]);
+            assert!(validate_request(&p).is_err(), "{bad:?}");
+        }
+        let p = parts(Version::HTTP_2, "http://a/", &[("x", "in side"), ("y", "")]);
+        assert!(validate_request(&p).is_ok());
+        let p = parts(Version::HTTP_2, "http://u@a/", &[]);
+        assert!(validate_request(&p).is_err());
+    }
+
+    #[test]
+    fn http2_cookie_fields_become_one_in_their_order() {
+        let mut h = HeaderMap::new();
+        for v in ["a=1", "b=2", "c=3"] {
+            h.append(header::COOKIE, HeaderValue::from_static(v));
+        }
+        h.append("x-other", HeaderValue::from_static("kept"));
+        join_cookies(&mut h);
+        let cookies: Vec<_> = h.get_all(header::COOKIE).iter().collect();
+        assert_eq!(cookies, ["a=1; b=2; c=3"]);
+        assert_eq!(h["x-other"], "kept");
+        let mut one = HeaderMap::new();
+        one.insert(header::COOKIE, HeaderValue::from_static("a=1"));
+        join_cookies(&mut one);
+        assert_eq!(one[header::COOKIE], "a=1");
+        join_cookies(&mut HeaderMap::new());
     }
 
     #[test]
