@@ -1,5 +1,5 @@
 //! Writes an upstream HTTP/1.1 request head into the connection's reused buffer, choosing the
-//! body's framing the way hyper's client does.
+//! body's framing: the client's length, else the exact size if known, else chunked.
 
 use http::{header, request::Parts, HeaderMap, Method};
 
@@ -32,10 +32,13 @@ pub fn head(parts: &Parts, empty: bool, exact: Option<u64>, out: &mut Vec<u8>) -
             content_length_line(n, out);
         }
         Framing::Length(n)
-    } else if matches!(parts.method, Method::GET | Method::HEAD | Method::CONNECT) {
-        // As hyper: these almost never carry a body, and a chunked one would surprise servers.
+    } else if parts.method == Method::CONNECT {
+        // Its bytes after the head are the tunnel, not a body.
         Framing::Length(0)
     } else {
+        // Whatever the method: a GET whose client framed a body (chunked, or an HTTP/2 stream
+        // left open after its HEADERS) sends it on. hyper's client drops such a body, so the
+        // upstream would see the request without it.
         out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         Framing::Chunked
     };
@@ -150,13 +153,16 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_length_is_chunked_except_on_get() {
+    fn an_unknown_length_is_chunked_whatever_the_method() {
         let req = Request::put("/x").body(()).expect("request");
         let (s, f) = encode(req, false, None);
         assert_eq!(s, "PUT /x HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
         assert_eq!(f, Framing::Chunked);
-        let (_, f) = encode(Request::get("/").body(()).expect("request"), false, None);
-        assert_eq!(f, Framing::Length(0));
+        let (s, f) = encode(Request::get("/").body(()).expect("request"), false, None);
+        assert_eq!(s, "GET / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n");
+        assert_eq!(f, Framing::Chunked);
+        let req = Request::connect("a:443").body(()).expect("request");
+        assert_eq!(encode(req, false, None).1, Framing::Length(0));
     }
 
     #[test]
