@@ -10,6 +10,7 @@ mod grpc;
 mod grpc_mesh;
 mod h2;
 mod h2_abuse;
+mod h2_downgrade;
 mod idle;
 mod infra;
 mod lifecycle;
