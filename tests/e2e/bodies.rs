@@ -229,6 +229,26 @@ async fn content_length_and_chunked_request_bodies_arrive_intact() {
     assert_eq!(echo["headers"]["transfer-encoding"], "chunked");
     assert!(echo["headers"].get("content-length").is_none(), "{echo}");
 
+    // A GET may carry a body too (search APIs do): it goes on, chunked as it came, and a
+    // bodiless GET after it on the same connection is still one.
+    write(
+        &mut io,
+        b"GET /b/get-body HTTP/1.1\r\nHost: bodies.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+          6\r\n{\"q\":1\r\n1\r\n}\r\n0\r\n\r\n",
+    )
+    .await;
+    let echo = response(&mut io, "GET").await.json();
+    assert_eq!(echo["body"], "{\"q\":1}");
+    assert_eq!(echo["headers"]["transfer-encoding"], "chunked");
+    write(
+        &mut io,
+        b"GET /b/plain HTTP/1.1\r\nHost: bodies.test\r\n\r\n",
+    )
+    .await;
+    let echo = response(&mut io, "GET").await.json();
+    assert_eq!(echo["body_bytes"], 0);
+    assert!(echo["headers"].get("transfer-encoding").is_none(), "{echo}");
+
     let sizes = [1usize, 4095, 65536, 3, 100_000, 17];
     let mut req =
         b"POST /b/_/stream HTTP/1.1\r\nHost: bodies.test\r\nTransfer-Encoding: chunked\r\n\r\n"
