@@ -34,6 +34,8 @@ pub struct Case {
     pub authority: Option<String>,
     /// The header block's fields after the pseudo-headers, in order (names as sent).
     pub fields: Vec<(String, Vec<u8>)>,
+    /// Pseudo-header fields sent after the usual ones, before the regular fields (a defect).
+    pub extra_pseudo: Vec<(String, Vec<u8>)>,
     /// Pseudo-header fields sent after the regular ones (a defect).
     pub late_pseudo: Vec<(String, Vec<u8>)>,
     /// Pseudo-headers left out (a defect).
@@ -65,11 +67,12 @@ impl std::fmt::Debug for Case {
         };
         write!(
             f,
-            "{} {} authority={:?} omit={:?} [{}] late=[{}] data={:?} trailers=[{}] reset={}",
+            "{} {} authority={:?} omit={:?} extra=[{}] [{}] late=[{}] data={:?} trailers=[{}] reset={}",
             self.method,
             self.path,
             self.authority,
             self.omit,
+            fields(&self.extra_pseudo),
             fields(&self.fields),
             fields(&self.late_pseudo),
             self.data.iter().map(Vec::len).collect::<Vec<_>>(),
@@ -110,7 +113,12 @@ impl Case {
         if let Some(a) = &self.authority {
             h2raw::literal(":authority", a.as_bytes(), &mut block);
         }
-        for (n, v) in self.fields.iter().chain(&self.late_pseudo) {
+        for (n, v) in self
+            .extra_pseudo
+            .iter()
+            .chain(&self.fields)
+            .chain(&self.late_pseudo)
+        {
             h2raw::literal(n, v, &mut block);
         }
         let ends_at_headers = self.data.is_empty() && self.trailers.is_empty() && !self.reset;
@@ -239,6 +247,7 @@ fn well_formed(rng: &mut SmallRng, id: usize) -> Case {
         path: path(rng, id),
         authority,
         fields,
+        extra_pseudo: Vec::new(),
         late_pseudo: Vec::new(),
         omit: Vec::new(),
         data,
@@ -289,7 +298,10 @@ pub fn case(rng: &mut SmallRng, id: usize) -> Case {
                 c.fields.push(field("x-a", b"1"));
             }
         }
-        7 => head(&mut c, "unknown pseudo-header", field(":foo", b"1")),
+        7 => {
+            c.extra_pseudo.push(field(":foo", b"1"));
+            c.verdict = Verdict::RefuseHead("unknown pseudo-header");
+        }
         8 => {
             c.omit
                 .push([":method", ":path", ":scheme"].choose(rng).expect("pseudo"));
@@ -350,6 +362,14 @@ pub fn case(rng: &mut SmallRng, id: usize) -> Case {
         17 => {
             c.trailers.push(field("connection", b"close"));
             c.verdict = Verdict::Unfinished("connection-specific field in trailers");
+        }
+        18 => {
+            let (name, v): (&str, &[u8]) = [(":path", b"/other".as_slice()), (":method", b"GET")]
+                .choose(rng)
+                .copied()
+                .expect("pseudo");
+            c.extra_pseudo.push(field(name, v));
+            c.verdict = Verdict::RefuseHead("repeated pseudo-header");
         }
         _ => {
             c.reset = true;
