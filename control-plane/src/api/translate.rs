@@ -72,7 +72,7 @@ fn route_match(m: &model::RouteMatch) -> pb::RouteMatch {
             kind: Some(match p {
                 PathMatch::Exact(v) => Kind::Exact(v.clone()),
                 PathMatch::PathPrefix(v) => Kind::Prefix(v.clone()),
-                PathMatch::RegularExpression(re) => Kind::Regex(re.0.as_str().to_string()),
+                PathMatch::RegularExpression(re) => Kind::Regex(re.as_written().to_string()),
             }),
         }),
         headers: m
@@ -241,6 +241,9 @@ pub fn duration(d: Duration) -> prost_types::Duration {
         nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
     }
 }
+
+#[cfg(test)]
+mod roundtrip;
 
 #[cfg(test)]
 mod tests {

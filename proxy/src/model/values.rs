@@ -22,6 +22,22 @@ pub struct HeaderValue(pub http::HeaderValue);
 #[derive(Debug, Clone)]
 pub struct Pattern(pub Arc<regex::Regex>);
 
+impl Pattern {
+    /// Compiles `s` so that it matches whole values only.
+    pub fn anchored(s: &str) -> Result<Self, regex::Error> {
+        regex::Regex::new(&format!("^(?:{s})$")).map(|r| Pattern(Arc::new(r)))
+    }
+
+    /// The expression as written, without the anchoring (what the file says and the control
+    /// plane sends).
+    pub fn as_written(&self) -> &str {
+        let s = self.0.as_str();
+        s.strip_prefix("^(?:")
+            .and_then(|s| s.strip_suffix(")$"))
+            .unwrap_or(s)
+    }
+}
+
 impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
         self.0.as_str() == other.0.as_str()
@@ -91,15 +107,8 @@ string_newtype!(
 string_newtype!(
     Pattern,
     "regular expression",
-    |s| regex::Regex::new(&format!("^(?:{s})$"))
-        .map(|r| Pattern(Arc::new(r)))
-        .map_err(|e| regex_reason(&e)),
-    |v| {
-        let s = v.0.as_str();
-        s.strip_prefix("^(?:")
-            .and_then(|s| s.strip_suffix(")$"))
-            .unwrap_or(s)
-    }
+    |s| Pattern::anchored(s).map_err(|e| regex_reason(&e)),
+    |v| v.as_written()
 );
 string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
     format_duration(v.0)

@@ -1,7 +1,7 @@
 //! Routes: matches, filters and backends, with header names, methods and regular expressions
 //! checked as the registry file checks them.
 
-use std::{str::FromStr, sync::Arc};
+use std::str::FromStr;
 
 use weir_proto::discovery as pb;
 
@@ -108,13 +108,11 @@ fn value_kind(v: &pb::ValueMatch) -> Result<ValueMatchKind, InvalidProto> {
 
 /// Compiled anchored, as the registry file's `Pattern` is.
 fn pattern(s: &str) -> Result<Pattern, String> {
-    regex::Regex::new(&format!("^(?:{s})$"))
-        .map(|r| Pattern(Arc::new(r)))
-        .map_err(|e| {
-            let text = e.to_string();
-            let last = text.lines().last().unwrap_or("").to_string();
-            format!("invalid regular expression {s:?}: {last}")
-        })
+    Pattern::anchored(s).map_err(|e| {
+        let text = e.to_string();
+        let last = text.lines().last().unwrap_or("").to_string();
+        format!("invalid regular expression {s:?}: {last}")
+    })
 }
 
 fn header_name(s: &str) -> Result<HeaderName, String> {
