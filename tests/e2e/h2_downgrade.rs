@@ -30,6 +30,11 @@ use case::{Case, Verdict};
 const CASES: usize = 400;
 const DEADLINE: Duration = Duration::from_secs(10);
 
+/// Fields as name and value bytes, in order.
+type Fields = Vec<(String, Vec<u8>)>;
+/// How a body ended: its bytes and trailers, or why it did not.
+type End = Result<(Vec<u8>, Fields), String>;
+
 /// One request as the upstream received it.
 #[derive(Debug, Clone)]
 struct Seen {
@@ -38,9 +43,9 @@ struct Seen {
     nth: usize,
     method: String,
     uri: String,
-    fields: Vec<(String, Vec<u8>)>,
+    fields: Fields,
     /// `None` while the body is still coming; then its bytes and trailers, or why it failed.
-    end: Option<Result<(Vec<u8>, Vec<(String, Vec<u8>)>), String>>,
+    end: Option<End>,
 }
 
 type Log = Arc<Mutex<Vec<Seen>>>;
@@ -120,7 +125,7 @@ async fn record(
 struct Entry {
     log: Log,
     at: usize,
-    end: Option<Result<(Vec<u8>, Vec<(String, Vec<u8>)>), String>>,
+    end: Option<End>,
 }
 
 impl Drop for Entry {

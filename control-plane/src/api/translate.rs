@@ -244,6 +244,8 @@ pub fn duration(d: Duration) -> prost_types::Duration {
 
 #[cfg(test)]
 mod roundtrip;
+#[cfg(test)]
+mod wire;
 
 #[cfg(test)]
 mod tests {
