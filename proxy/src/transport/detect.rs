@@ -103,11 +103,41 @@ pub fn classify(buf: &[u8]) -> Option<Detection> {
             undecided = true;
         }
     }
-    if undecided {
-        None
-    } else {
-        Some(Detection::Opaque)
+    // While a standard method is still possible, only a decided HTTP/1 may end the wait.
+    extension_method(buf).filter(|d| !undecided || *d == Detection::Http1)
+}
+
+/// Longest method name read as HTTP/1 beyond the standard ones (`BASELINE-CONTROL` is 16).
+const MAX_METHOD: usize = 20;
+/// What may follow an extension method and its space: an origin-form or absolute-form target.
+const TARGETS: &[&[u8]] = &[b"/", b"http://", b"https://"];
+
+/// Any other method (WebDAV's `PROPFIND`, caches' `PURGE`, …): upper-case letters, `-` or `_`,
+/// a space, then a request target that starts like one. Stricter than the standard methods (a
+/// bare `SET ` or `PING` of some other protocol is not taken for HTTP), `None` while undecided.
+fn extension_method(buf: &[u8]) -> Option<Detection> {
+    let name = buf
+        .iter()
+        .take_while(|b| b.is_ascii_uppercase() || matches!(b, b'-' | b'_'))
+        .count();
+    if name > MAX_METHOD || (name == 0 && !buf.is_empty()) {
+        return Some(Detection::Opaque);
     }
+    let (&space, target) = buf[name..].split_first()?;
+    if space != b' ' {
+        return Some(Detection::Opaque);
+    }
+    let mut undecided = false;
+    for t in TARGETS {
+        if target.len() >= t.len() {
+            if target.starts_with(t) {
+                return Some(Detection::Http1);
+            }
+        } else if t.starts_with(target) {
+            undecided = true;
+        }
+    }
+    (!undecided).then_some(Detection::Opaque)
 }
 
 #[cfg(test)]
@@ -179,6 +209,128 @@ mod tests {
             .expect("detect");
         assert_eq!(d, Detection::Opaque);
         assert_eq!(&buf[..], b"GE");
+    }
+
+    #[test]
+    fn extension_methods_are_http1_and_other_words_are_not() {
+        for http in [
+            &b"PROPFIND /dav/ HTTP/1.1\r\n"[..],
+            b"PURGE /cached HTTP/1.1\r\n",
+            b"VERSION-CONTROL http://a/b HTTP/1.1\r\n",
+            b"M_SEARCH https://x/ HTTP/1.1\r\n",
+        ] {
+            assert_eq!(classify(http), Some(Detection::Http1), "{http:?}");
+        }
+        for opaque in [
+            &b"SET a b\r\n"[..],
+            b"PING\r\n",
+            b"get / HTTP/1.1\r\n",
+            b"AVERYLONGMETHODNAMEOFMORETHANTWENTY /",
+            b"SSH-2.0-OpenSSH\r\n",
+            b"PURGE ftp://x/",
+        ] {
+            assert_eq!(classify(opaque), Some(Detection::Opaque), "{opaque:?}");
+        }
+        // Undecided until the target's start is known.
+        assert_eq!(classify(b"PURGE"), None);
+        assert_eq!(classify(b"PURGE http:"), None);
+    }
+
+    /// Inputs for the properties below: each protocol's opening, and seeded mutations of them.
+    fn inputs() -> Vec<Vec<u8>> {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let mut seeds: Vec<Vec<u8>> = vec![
+            H2_PREFACE.to_vec(),
+            b"PRI * HTTP/1.1\r\n".to_vec(),
+            vec![0x16, 0x03, 0x01, 0x00, 0xa5],
+            vec![0x16, 0x02],
+            b"*1\r\n$4\r\nPING\r\n".to_vec(),
+            b"PROPFIND /a HTTP/1.1\r\n".to_vec(),
+            b"PURGE https://a/ HTTP/1.1\r\n".to_vec(),
+        ];
+        seeds.extend(
+            METHODS
+                .iter()
+                .map(|m| [m, &b"/x HTTP/1.1\r\n"[..]].concat()),
+        );
+        let mut rng = SmallRng::seed_from_u64(0xde7ec7);
+        let mut out = seeds.clone();
+        for _ in 0..3000 {
+            let mut b = seeds[rng.gen_range(0..seeds.len())].clone();
+            for _ in 0..rng.gen_range(1..=3) {
+                let at = rng.gen_range(0..=b.len());
+                match rng.gen_range(0..4) {
+                    0 if at < b.len() => b[at] = rng.gen(),
+                    1 => b.insert(at, *b"ETX_- /h".get(rng.gen_range(0..8)).unwrap_or(&b' ')),
+                    2 => b.truncate(at),
+                    _ if at < b.len() => {
+                        b.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            out.push(b);
+        }
+        out
+    }
+
+    /// The most bytes detection may need before it decides: an extension method of the longest
+    /// name, its space and `https://`.
+    const DECIDED_BY: usize = MAX_METHOD + 1 + 8;
+
+    #[test]
+    fn a_decision_never_changes_with_more_bytes_and_comes_within_a_bound() {
+        for b in inputs() {
+            let whole = classify(&b);
+            if b.len() >= DECIDED_BY.max(H2_PREFACE.len()) {
+                assert!(whole.is_some(), "{} bytes undecided: {b:?}", b.len());
+            }
+            for n in 1..=b.len() {
+                if let Some(d) = classify(&b[..n]) {
+                    assert_eq!(Some(d), whole, "decided {d:?} on {n} bytes of {b:?}");
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_of_any_size_decide_as_the_whole_and_keep_every_byte_read() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(0x5b117);
+        for b in inputs().into_iter().step_by(5) {
+            let (mut client, mut server) = tokio::io::duplex(64);
+            let cuts: Vec<usize> = (0..rng.gen_range(0..4))
+                .map(|_| rng.gen_range(0..=b.len()))
+                .collect();
+            let sent = b.clone();
+            let writer = tokio::spawn(async move {
+                let mut cuts = cuts;
+                cuts.push(sent.len());
+                cuts.sort_unstable();
+                let mut from = 0;
+                for to in cuts {
+                    client.write_all(&sent[from..to]).await.expect("write");
+                    from = to;
+                    tokio::task::yield_now().await;
+                }
+                // Dropped: the client has said all it will.
+            });
+            let mut buf = BytesMut::new();
+            let got = detect(&mut server, &mut buf, Duration::from_secs(5))
+                .await
+                .expect("detect");
+            writer.await.expect("writer");
+            let want = match classify(&b) {
+                Some(d) => d,
+                None if b.is_empty() => Detection::Closed,
+                None => Detection::Opaque,
+            };
+            assert_eq!(got, want, "{b:?}");
+            assert!(b.starts_with(&buf), "kept {buf:?} of {b:?}");
+            if classify(&b).is_none() {
+                assert_eq!(&buf[..], &b[..], "undecided, it read to the end");
+            }
+        }
     }
 
     #[tokio::test]
