@@ -1,13 +1,16 @@
 //! One accepted connection, top to bottom: original destination, loop guard, protocol detection,
-//! then the HTTP server (requests go to the path for their direction) or the TCP relay.
+//! then the HTTP server (requests go to the path for their direction) or the TCP relay (the
+//! gateway, HTTP only, answers 400 instead).
 
 use std::{
     net::SocketAddr,
     sync::{Arc, OnceLock},
+    time::Duration,
 };
 
 use bytes::BytesMut;
 use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     time::Instant,
 };
@@ -56,7 +59,7 @@ pub async fn accept_loop(
                 Err(e) => {
                     // EMFILE and friends: back off a little rather than spin.
                     tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
                     continue;
                 }
             },
@@ -102,7 +105,13 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
     let detection = if opaque {
         Detection::Opaque
     } else {
-        match detect(&mut stream, &mut buf, shared.config.detect_timeout).await {
+        // The gateway waits for no server-first protocol: a client's first bytes get as long
+        // as the rest of its head would (a slow first packet, a retransmit).
+        let deadline = match conn.direction {
+            Direction::Gateway => shared.config.header_read_timeout,
+            _ => shared.config.detect_timeout,
+        };
+        match detect(&mut stream, &mut buf, deadline).await {
             Ok(d) => d,
             Err(e) => {
                 tracing::debug!(error = %e, "detection read failed");
@@ -119,6 +128,12 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
         },
     );
     let io = Prefixed::new(buf, stream);
+    // The gateway speaks HTTP only: bytes that are not HTTP get a 400 rather than a silent close.
+    if conn.direction == Direction::Gateway
+        && matches!(detection, Detection::Tls | Detection::Opaque)
+    {
+        return refuse_not_http(io).await;
+    }
     match detection {
         Detection::Http1 | Detection::H2 => {
             // The task lives as long as the connection, idle keep-alives included, and its size
@@ -147,9 +162,31 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
     }
 }
 
+/// The gateway's answer to bytes that are not HTTP: the 400 hyper gives a head it cannot read,
+/// then the close. What the client still sends is read and dropped for a moment first, so that
+/// it reads the answer before a FIN, not a reset that may destroy the answer in flight.
+async fn refuse_not_http(mut io: Prefixed<TcpStream>) {
+    const REFUSAL: &[u8] =
+        b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+    if io.write_all(REFUSAL).await.is_err() || io.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        let mut left = 64 * 1024;
+        while let Ok(n @ 1..) = io.read(&mut sink).await {
+            left -= n.min(left);
+            if left == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
 async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
     if conn.direction == Direction::Gateway {
-        return; // the gateway is HTTP only
+        return; // silent past the header-read timeout
     }
     let Some(dst) = conn.orig_dst else { return };
     let mut snap = shared.snapshot();

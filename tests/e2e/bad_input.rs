@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
+use tokio::io::BufReader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use weir_tests::http_client::{self, head_len, raw_status};
+use weir_tests::raw_http1;
 use weir_tests::wait::{poll_until, within};
 use weir_tests::{TestBackend, WeirProxy};
 
@@ -329,7 +331,7 @@ async fn http10_clients_get_10_heads_keep_alive_only_when_asked_and_no_chunked_b
 }
 
 #[tokio::test]
-async fn bytes_that_are_not_http_are_closed_without_being_forwarded() {
+async fn bytes_that_are_not_http_get_400_and_a_close_without_being_forwarded() {
     let gw = gateway(&[]).await;
     for case in [
         &b"HELLO WORLD\r\n\r\n"[..],
@@ -344,14 +346,47 @@ async fn bytes_that_are_not_http_are_closed_without_being_forwarded() {
             "{:?}: the gateway must close a non-HTTP connection",
             show(case)
         );
-        assert!(
-            matches!(raw_status(&reply), None | Some(400)),
+        assert_eq!(
+            raw_status(&reply),
+            Some(400),
             "{:?} got {:?}",
             show(case),
             show(&reply)
         );
     }
     assert_eq!(gw.backend.requests(), 0);
+}
+
+#[tokio::test]
+async fn extension_methods_and_a_late_first_packet_are_served_as_http() {
+    // Detection's own deadline is short; on the gateway a client's first bytes get the
+    // header-read timeout instead (a lost first segment is retransmitted after ~1 s).
+    let gw = gateway(&[
+        ("WEIR_PROXY_DETECT_TIMEOUT", "100ms"),
+        ("WEIR_PROXY_HEADER_READ_TIMEOUT", "5s"),
+    ])
+    .await;
+    for method in ["PURGE", "PROPFIND", "VERSION-CONTROL"] {
+        let mut io = BufReader::new(TcpStream::connect(gw.addr).await.expect("connect"));
+        let req = format!("{method} /m HTTP/1.1\r\nHost: echo.test\r\n\r\n");
+        io.write_all(req.as_bytes()).await.expect("write");
+        let r = raw_http1::read_response(&mut io, method, DEADLINE)
+            .await
+            .expect("a response");
+        assert_eq!(r.status, 200, "{method}");
+        assert_eq!(r.json()["method"], method);
+    }
+    let mut io = BufReader::new(TcpStream::connect(gw.addr).await.expect("connect"));
+    // The client itself is slow here, past detection's deadline: not a wait for the proxy.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    io.write_all(b"GET /late HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+        .await
+        .expect("write");
+    let r = raw_http1::read_response(&mut io, "GET", DEADLINE)
+        .await
+        .expect("a response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["uri"], "/late");
 }
 
 #[tokio::test]
