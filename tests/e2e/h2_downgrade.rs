@@ -9,18 +9,12 @@ mod case;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{body::Incoming, Request, Response};
-use hyper_util::rt::TokioIo;
 use rand::SeedableRng;
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use weir_tests::h2raw::{self, RawH2, GOAWAY, HEADERS, PING, RST_STREAM};
+use weir_tests::recorder::{Recorder, Seen};
 use weir_tests::registry::{gateway_prefixes, PrefixRoute};
 use weir_tests::wait::try_poll_until;
 use weir_tests::WeirProxy;
@@ -29,116 +23,6 @@ use case::{Case, Verdict};
 
 const CASES: usize = 400;
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Fields as name and value bytes, in order.
-type Fields = Vec<(String, Vec<u8>)>;
-/// How a body ended: its bytes and trailers, or why it did not.
-type End = Result<(Vec<u8>, Fields), String>;
-
-/// One request as the upstream received it.
-#[derive(Debug, Clone)]
-struct Seen {
-    /// The upstream connection (numbered in accept order) and the request's place on it.
-    conn: usize,
-    nth: usize,
-    method: String,
-    uri: String,
-    fields: Fields,
-    /// `None` while the body is still coming; then its bytes and trailers, or why it failed.
-    end: Option<End>,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
-/// An HTTP/1.1 server (hyper, not weir) that logs every request and answers 200 once the body
-/// has ended.
-async fn upstream() -> (SocketAddr, Log, tokio::task::JoinHandle<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let log: Log = Arc::default();
-    let task = tokio::spawn({
-        let log = log.clone();
-        async move {
-            let mut conns = JoinSet::new();
-            let mut accepted = 0;
-            while let Ok((io, _)) = listener.accept().await {
-                let log = log.clone();
-                accepted += 1;
-                let (conn, nth) = (accepted, Arc::new(AtomicUsize::new(0)));
-                conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let nth = nth.fetch_add(1, Ordering::SeqCst);
-                        record(log.clone(), conn, nth, req)
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(io), svc)
-                        .await;
-                });
-            }
-        }
-    });
-    (addr, log, task)
-}
-
-async fn record(
-    log: Log,
-    conn: usize,
-    nth: usize,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
-    let (parts, body) = req.into_parts();
-    let fields = parts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-        .collect();
-    let at = {
-        let mut log = log.lock().expect("log");
-        log.push(Seen {
-            conn,
-            nth,
-            method: parts.method.to_string(),
-            uri: parts.uri.to_string(),
-            fields,
-            end: None,
-        });
-        log.len() - 1
-    };
-    // hyper drops this future when the connection closes mid-body: the guard records that.
-    let mut entry = Entry { log, at, end: None };
-    entry.end = Some(match body.collect().await {
-        Ok(c) => {
-            let trailers = c.trailers().map_or_else(Vec::new, |t| {
-                t.iter()
-                    .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
-                    .collect()
-            });
-            Ok((c.to_bytes().to_vec(), trailers))
-        }
-        Err(e) => Err(e.to_string()),
-    });
-    drop(entry);
-    Ok(Response::new(Full::new(Bytes::from_static(b"ok"))))
-}
-
-/// Writes how a logged request's body ended when dropped: as read, or cut short.
-struct Entry {
-    log: Log,
-    at: usize,
-    end: Option<End>,
-}
-
-impl Drop for Entry {
-    fn drop(&mut self) {
-        let end = self
-            .end
-            .take()
-            .unwrap_or_else(|| Err("the connection closed before the body ended".into()));
-        if let Ok(mut log) = self.log.lock() {
-            log[self.at].end = Some(end);
-        }
-    }
-}
 
 /// How the proxy answered a case's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,14 +148,9 @@ fn translated(c: &Case, s: &Seen) -> Result<(), String> {
     want("the trailers", *trailers == forwarded)
 }
 
-/// Reads what the upstream got for one case, whole.
-fn seen_for(log: &Log, id: usize) -> Vec<Seen> {
-    log.lock()
-        .expect("log")
-        .iter()
-        .filter(|s| case_id(&s.uri) == Some(id))
-        .cloned()
-        .collect()
+/// What the upstream got for one case.
+fn seen_for(up: &Recorder, id: usize) -> Vec<Seen> {
+    up.matching(|uri| case_id(uri) == Some(id))
 }
 
 /// A request left unfinished may still have reached the upstream whole if its declared length
@@ -289,8 +168,8 @@ fn finished_within_its_length(c: &Case, s: &Seen) -> bool {
 
 #[tokio::test]
 async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never_do() {
-    let (up, log, up_task) = upstream().await;
-    let eps = [up];
+    let up = Recorder::start(false).await;
+    let eps = [up.addr];
     let route = PrefixRoute {
         prefix: "/",
         strip: false,
@@ -341,7 +220,7 @@ async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never
     let mut failures = Vec::new();
     for c in &cases {
         let outcome = outcomes[&c.id];
-        let seen = seen_for(&log, c.id);
+        let seen = seen_for(&up, c.id);
         let problem = match c.verdict {
             Verdict::Forward => match (outcome, seen.as_slice()) {
                 (Outcome::Status(200), [s]) => translated(c, s).err(),
@@ -377,17 +256,17 @@ async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never
         .iter()
         .filter(|c| matches!(c.verdict, Verdict::Unfinished(_)))
     {
-        if seen_for(&log, c.id).is_empty() {
+        if seen_for(&up, c.id).is_empty() {
             continue;
         }
         let ended = try_poll_until(DEADLINE, || {
-            let seen = seen_for(&log, c.id);
+            let seen = seen_for(&up, c.id);
             async move { seen.iter().all(|s| s.end.is_some()).then_some(seen) }
         })
         .await;
         let problem = match ended {
             None => {
-                let s = &seen_for(&log, c.id)[0];
+                let s = &seen_for(&up, c.id)[0];
                 Some(format!(
                     "the upstream's read of its body never ended (upstream connection {}, request {} on it): the proxy left it open",
                     s.conn, s.nth
@@ -406,7 +285,7 @@ async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never
             failures.push(format!("case {} ({:?}): {p}\n  {c:?}", c.id, c.verdict));
         }
     }
-    for s in log.lock().expect("log").iter() {
+    for s in &up.all() {
         if case_id(&s.uri).is_none_or(|id| id >= CASES) {
             failures.push(format!(
                 "the upstream got a request no client sent: {} {}",
@@ -414,7 +293,6 @@ async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never
             ));
         }
     }
-    up_task.abort();
     let forwarded = cases
         .iter()
         .filter(|c| c.verdict == Verdict::Forward)

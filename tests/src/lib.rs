@@ -16,6 +16,7 @@ pub mod ports;
 pub mod process;
 pub mod proxy;
 pub mod raw_http1;
+pub mod recorder;
 pub mod registry;
 pub mod sidecar;
 pub mod skip;
