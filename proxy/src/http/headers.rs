@@ -58,11 +58,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
             headers.remove(n);
         }
     }
+    // HTTP/2 allows `te` only as `trailers` (RFC 9113 §8.2.2): kept when the client's list
+    // names it, whatever else the list names.
     let te_trailers = keep_te_trailers
         && headers
-            .get(header::TE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("trailers"));
+            .get_all(header::TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| {
+                let coding = t.split(';').next().unwrap_or_default();
+                coding.trim().eq_ignore_ascii_case("trailers")
+            });
     let upgrade = if keep_upgrade {
         headers.remove(header::UPGRADE)
     } else {
@@ -338,6 +345,17 @@ mod tests {
         assert_eq!(h[header::UPGRADE], "websocket");
         assert_eq!(h[header::CONNECTION], "upgrade");
         assert_eq!(h[header::TE], "trailers");
+        for (te, kept) in [
+            ("gzip, trailers", true),
+            ("Trailers;q=1", true),
+            ("gzip", false),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::TE, HeaderValue::from_static(te));
+            strip_hop_by_hop(&mut h, false, true);
+            assert_eq!(h.get(header::TE).is_some(), kept, "{te}");
+            assert!(h.get(header::TE).is_none_or(|v| v == "trailers"), "{te}");
+        }
     }
 
     #[test]
