@@ -8,6 +8,7 @@ mod control;
 mod gateway;
 mod grpc;
 mod grpc_mesh;
+mod h1_to_h2;
 mod h2;
 mod h2_abuse;
 mod h2_downgrade;
