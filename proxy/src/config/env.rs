@@ -32,6 +32,20 @@ impl EnvSource for HashMap<&str, &str> {
     }
 }
 
+/// Variables whose zero would stop the proxy working (every head timed out, every connect
+/// failed, every request too large) or panic it (a zero poll period): refused at start.
+const MORE_THAN_ZERO: &[&str] = &[
+    "WEIR_PROXY_DETECT_TIMEOUT",
+    "WEIR_PROXY_HEADER_READ_TIMEOUT",
+    "WEIR_PROXY_MAX_HEADER_BYTES",
+    "WEIR_PROXY_DOWNSTREAM_IDLE_TIMEOUT",
+    "WEIR_PROXY_CONNECT_TIMEOUT",
+    "WEIR_PROXY_REGISTRY_POLL",
+    "WEIR_PROXY_H2_MAX_CONCURRENT_STREAMS",
+    "WEIR_PROXY_H2_MAX_HEADER_LIST_SIZE",
+];
+const ZERO: &str = "must be more than 0";
+
 /// Every variable the proxy reads, with what it means; README's table is generated from this.
 pub const VARIABLES: &[(&str, &str)] = &[
     (
@@ -85,7 +99,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "WEIR_PROXY_DETECT_TIMEOUT",
-        "protocol detection deadline (default 500ms)",
+        "protocol detection deadline (default 500ms; the gateway waits the header-read timeout)",
     ),
     (
         "WEIR_PROXY_OPAQUE_PORTS",
@@ -161,15 +175,25 @@ impl<E: EnvSource> Reader<'_, E> {
     }
 
     fn duration(&mut self, key: &str, default: Duration) -> Duration {
-        self.parse(key, default, parse_duration)
+        self.parse(key, default, |v| {
+            let d = parse_duration(v)?;
+            if d.is_zero() && MORE_THAN_ZERO.contains(&key) {
+                return Err(ZERO.into());
+            }
+            Ok(d)
+        })
     }
 
-    fn number<T: FromStr>(&mut self, key: &str, default: T) -> T
+    fn number<T: FromStr + Default + PartialEq>(&mut self, key: &str, default: T) -> T
     where
         T::Err: std::fmt::Display,
     {
         self.parse(key, default, |v| {
-            v.parse().map_err(|e: T::Err| e.to_string())
+            let n = v.parse().map_err(|e: T::Err| e.to_string())?;
+            if n == T::default() && MORE_THAN_ZERO.contains(&key) {
+                return Err(ZERO.into());
+            }
+            Ok(n)
         })
     }
 }
@@ -352,6 +376,61 @@ mod tests {
             err.0[0].starts_with("WEIR_PROXY_POOL_MAX_IDLE_PER_ENDPOINT"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn any_value_of_any_variable_is_read_or_refused_by_name_never_a_panic() {
+        const VALUES: &[&str] = &[
+            "0",
+            "-1",
+            "1",
+            "65536",
+            "18446744073709551616",
+            "1e400",
+            "NaN",
+            "0s",
+            "1ns",
+            "876001h",
+            "99999999999999999999h",
+            "1.5s",
+            "s",
+            "10 s",
+            "true",
+            "yes",
+            ",",
+            ",,",
+            "a,b",
+            "25,",
+            "127.0.0.1:0",
+            "[::1]:99999",
+            "host:port",
+            "é",
+            "\u{0}",
+            " ",
+            "info,weir_proxy=trace",
+            "/nonexistent/file",
+        ];
+        let long = "x".repeat(4096);
+        for (name, _) in VARIABLES {
+            for value in VALUES.iter().copied().chain([long.as_str()]) {
+                // A registry, so that the only variable that can be wrong is the one tried.
+                let mut env: HashMap<&str, &str> =
+                    [("WEIR_PROXY_REGISTRY", "/etc/weir/registry.yaml")].into();
+                env.insert(name, value);
+                if let Err(e) = Config::from_env(&env) {
+                    assert!(
+                        e.0.iter().all(|m| m.contains(name)),
+                        "{name}={value:?}: {e}"
+                    );
+                } else {
+                    let zero = value == "0" || value == "0s";
+                    assert!(
+                        !(zero && MORE_THAN_ZERO.contains(name)),
+                        "{name}={value:?} accepted"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
