@@ -125,7 +125,6 @@ impl Case {
             .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
             .flat_map(|(_, v)| {
                 String::from_utf8_lossy(v)
-                    .into_owned()
                     .split(',')
                     .map(|t| t.trim().to_ascii_lowercase())
                     .collect::<Vec<_>>()
