@@ -7,7 +7,6 @@
 //! when the client's `TE` names trailers, the body and its declared length, the chunked
 //! trailers.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -15,11 +14,8 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::task::JoinSet;
-use weir_tests::raw_http1;
-use weir_tests::recorder::{Recorder, Seen};
-use weir_tests::registry::{gateway_prefixes, PrefixRoute};
-use weir_tests::WeirProxy;
+use weir_tests::recorder::{self, Seen};
+use weir_tests::{fanout, raw_http1};
 
 const CASES: usize = 300;
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -316,47 +312,19 @@ fn translated(c: &Case, s: &Seen) -> Result<(), String> {
 
 #[tokio::test]
 async fn http1_requests_reach_an_h2_upstream_as_their_translation() {
-    let up = Recorder::start(true).await;
-    let eps = [up.addr];
-    let route = PrefixRoute {
-        prefix: "/",
-        strip: false,
-        service: "up",
-        app_protocol: Some("h2c"),
-        endpoints: &eps,
-    };
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[route]))
-        .gateway(true)
-        .start()
-        .await;
+    let (up, proxy) = recorder::behind_a_gateway(true).await;
     let gw = proxy.gateway.expect("gateway listener");
 
     let seed = 0x0001_2c0d;
     let mut rng = SmallRng::seed_from_u64(seed);
     let cases: Vec<Case> = (0..CASES).map(|id| case(&mut rng, id)).collect();
-    let mut running = JoinSet::new();
-    let mut statuses = BTreeMap::new();
-    for c in cases.iter().cloned() {
-        if running.len() >= 8 {
-            let (id, s) = running
-                .join_next()
-                .await
-                .expect("a task")
-                .expect("case task");
-            statuses.insert(id, s);
-        }
-        running.spawn(async move {
-            let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
-            io.write_all(&c.wire()).await.expect("write");
-            let r = raw_http1::read_response(&mut io, c.method, DEADLINE).await;
-            (c.id, r.map(|r| r.status).map_err(|e| e.to_string()))
-        });
-    }
-    while let Some(r) = running.join_next().await {
-        let (id, s) = r.expect("case task");
-        statuses.insert(id, s);
-    }
+    let replies = fanout::each(cases.iter().cloned(), 8, |c| async move {
+        let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+        io.write_all(&c.wire()).await.expect("write");
+        let r = raw_http1::read_response(&mut io, c.method, DEADLINE).await;
+        r.map(|r| r.status).map_err(|e| e.to_string())
+    })
+    .await;
 
     let id_of = |uri: &str| -> Option<usize> {
         let uri: http::Uri = uri.parse().ok()?;
@@ -370,7 +338,7 @@ async fn http1_requests_reach_an_h2_upstream_as_their_translation() {
     let mut failures = Vec::new();
     for c in &cases {
         let seen = up.matching(|uri| id_of(uri) == Some(c.id));
-        let problem = match (&statuses[&c.id], seen.as_slice()) {
+        let problem = match (&replies[c.id], seen.as_slice()) {
             (Ok(200), [s]) => translated(c, s).err(),
             (status, _) => Some(format!(
                 "forwarded once and answered 200, got {status:?} and {} arrivals",

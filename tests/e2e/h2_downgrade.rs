@@ -12,12 +12,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rand::SeedableRng;
-use tokio::task::JoinSet;
+use weir_tests::fanout;
 use weir_tests::h2raw::{self, RawH2, GOAWAY, HEADERS, PING, RST_STREAM};
-use weir_tests::recorder::{Recorder, Seen};
-use weir_tests::registry::{gateway_prefixes, PrefixRoute};
+use weir_tests::recorder::{self, Recorder, Seen};
 use weir_tests::wait::try_poll_until;
-use weir_tests::WeirProxy;
 
 use case::{Case, Verdict};
 
@@ -168,20 +166,7 @@ fn finished_within_its_length(c: &Case, s: &Seen) -> bool {
 
 #[tokio::test]
 async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never_do() {
-    let up = Recorder::start(false).await;
-    let eps = [up.addr];
-    let route = PrefixRoute {
-        prefix: "/",
-        strip: false,
-        service: "up",
-        app_protocol: Some("http"),
-        endpoints: &eps,
-    };
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[route]))
-        .gateway(true)
-        .start()
-        .await;
+    let (up, proxy) = recorder::behind_a_gateway(false).await;
     let gw = proxy.gateway.expect("gateway listener");
 
     let seed = 0x00d0_0697;
@@ -194,25 +179,15 @@ async fn h2_requests_reach_an_http1_upstream_translated_and_malformed_ones_never
     {
         cases.retain(|c| c.id == only);
     }
-    let mut running = JoinSet::new();
-    let mut outcomes = BTreeMap::new();
-    for c in cases.iter().cloned() {
-        if running.len() >= 8 {
-            let (id, o) = running
-                .join_next()
-                .await
-                .expect("a task")
-                .expect("case task");
-            outcomes.insert(id, o);
-        }
-        // Some blocks go out split over a CONTINUATION frame.
-        let split = if c.id % 3 == 0 { 5 + c.id % 11 } else { 0 };
-        running.spawn(async move { (c.id, send(gw, &c, split).await) });
-    }
-    while let Some(r) = running.join_next().await {
-        let (id, o) = r.expect("case task");
-        outcomes.insert(id, o);
-    }
+    let outcomes: BTreeMap<usize, Outcome> =
+        fanout::each(cases.iter().cloned(), 8, |c| async move {
+            // Some blocks go out split over a CONTINUATION frame.
+            let split = if c.id % 3 == 0 { 5 + c.id % 11 } else { 0 };
+            (c.id, send(gw, &c, split).await)
+        })
+        .await
+        .into_iter()
+        .collect();
     if std::env::var_os("WEIR_H2_CASE").is_some() {
         eprintln!("{cases:?}\n{outcomes:?}\n{}", proxy.log());
     }

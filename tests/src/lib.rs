@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod control;
+pub mod fanout;
 pub mod grpc;
 pub mod grpc_wire;
 pub mod h2_client;

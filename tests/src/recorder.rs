@@ -13,6 +13,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::registry::{gateway_prefixes, PrefixRoute};
+use crate::WeirProxy;
+
 /// Fields as name and value bytes, in order.
 pub type Fields = Vec<(String, Vec<u8>)>;
 /// How a body ended: its bytes and trailers, or why it did not.
@@ -30,6 +33,26 @@ pub struct Seen {
     pub fields: Fields,
     /// `None` while the body is still coming; then its bytes and trailers, or why it failed.
     pub end: Option<End>,
+}
+
+/// A recorder and a gateway whose one route sends every path to it, the service declared
+/// `appProtocol: h2c` if `h2`, else `http`: what the gateway receives goes on translated.
+pub async fn behind_a_gateway(h2: bool) -> (Recorder, WeirProxy) {
+    let up = Recorder::start(h2).await;
+    let eps = [up.addr];
+    let route = PrefixRoute {
+        prefix: "/",
+        strip: false,
+        service: "up",
+        app_protocol: Some(if h2 { "h2c" } else { "http" }),
+        endpoints: &eps,
+    };
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[route]))
+        .gateway(true)
+        .start()
+        .await;
+    (up, proxy)
 }
 
 /// A running recorder; stops when dropped.
