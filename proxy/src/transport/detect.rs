@@ -93,18 +93,27 @@ pub fn classify(buf: &[u8]) -> Option<Detection> {
             Some(_) => Some(Detection::Opaque),
         };
     }
+    let standard = starts_with_one(buf, METHODS);
+    if standard == Some(true) {
+        return Some(Detection::Http1);
+    }
+    // While a standard method is still possible, only a decided HTTP/1 may end the wait.
+    extension_method(buf).filter(|d| standard.is_some() || *d == Detection::Http1)
+}
+
+/// Whether `buf` starts with one of `words`; `None` while it is still the start of one.
+fn starts_with_one(buf: &[u8], words: &[&[u8]]) -> Option<bool> {
     let mut undecided = false;
-    for m in METHODS {
-        if buf.len() >= m.len() {
-            if buf.starts_with(m) {
-                return Some(Detection::Http1);
+    for w in words {
+        if buf.len() >= w.len() {
+            if buf.starts_with(w) {
+                return Some(true);
             }
-        } else if m.starts_with(buf) {
+        } else if w.starts_with(buf) {
             undecided = true;
         }
     }
-    // While a standard method is still possible, only a decided HTTP/1 may end the wait.
-    extension_method(buf).filter(|d| !undecided || *d == Detection::Http1)
+    (!undecided).then_some(false)
 }
 
 /// Longest method name read as HTTP/1 beyond the standard ones (`BASELINE-CONTROL` is 16).
@@ -127,17 +136,10 @@ fn extension_method(buf: &[u8]) -> Option<Detection> {
     if space != b' ' {
         return Some(Detection::Opaque);
     }
-    let mut undecided = false;
-    for t in TARGETS {
-        if target.len() >= t.len() {
-            if target.starts_with(t) {
-                return Some(Detection::Http1);
-            }
-        } else if t.starts_with(target) {
-            undecided = true;
-        }
+    match starts_with_one(target, TARGETS)? {
+        true => Some(Detection::Http1),
+        false => Some(Detection::Opaque),
     }
-    (!undecided).then_some(Detection::Opaque)
 }
 
 #[cfg(test)]
