@@ -129,10 +129,12 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
     );
     let io = Prefixed::new(buf, stream);
     // The gateway speaks HTTP only: bytes that are not HTTP get a 400 rather than a silent close.
+    // Boxed, as the relay is: its read buffer would otherwise sit in every connection's task,
+    // idle keep-alives included (a task is as large as its largest state).
     if conn.direction == Direction::Gateway
         && matches!(detection, Detection::Tls | Detection::Opaque)
     {
-        return refuse_not_http(io).await;
+        return Box::pin(refuse_not_http(io)).await;
     }
     match detection {
         Detection::Http1 | Detection::H2 => {
