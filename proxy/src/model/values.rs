@@ -23,9 +23,11 @@ pub struct HeaderValue(pub http::HeaderValue);
 pub struct Pattern(pub Arc<regex::Regex>);
 
 impl Pattern {
-    /// Compiles `s` so that it matches whole values only.
-    pub fn anchored(s: &str) -> Result<Self, regex::Error> {
-        regex::Regex::new(&format!("^(?:{s})$")).map(|r| Pattern(Arc::new(r)))
+    /// Compiles `s` so that it matches whole values only; a refusal is regex's reason alone.
+    pub fn anchored(s: &str) -> Result<Self, String> {
+        regex::Regex::new(&format!("^(?:{s})$"))
+            .map(|r| Pattern(Arc::new(r)))
+            .map_err(|e| regex_reason(&e))
     }
 
     /// The expression as written, without the anchoring (what the file says and the control
@@ -103,17 +105,17 @@ string_newtype!(
         .map_err(|e| e.to_string()),
     |v| v.0.to_str().unwrap_or("")
 );
-// regex's message is a multi-line caret picture of our anchored wrapper; keep its last line only.
 string_newtype!(
     Pattern,
     "regular expression",
-    |s| Pattern::anchored(s).map_err(|e| regex_reason(&e)),
+    |s| Pattern::anchored(s),
     |v| v.as_written()
 );
 string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
     format_duration(v.0)
 });
 
+/// regex's message is a multi-line caret picture of our anchored wrapper: its last line only.
 fn regex_reason(e: &regex::Error) -> String {
     let text = e.to_string();
     let last = text.lines().last().unwrap_or("");

@@ -108,11 +108,7 @@ fn value_kind(v: &pb::ValueMatch) -> Result<ValueMatchKind, InvalidProto> {
 
 /// Compiled anchored, as the registry file's `Pattern` is.
 fn pattern(s: &str) -> Result<Pattern, String> {
-    Pattern::anchored(s).map_err(|e| {
-        let text = e.to_string();
-        let last = text.lines().last().unwrap_or("").to_string();
-        format!("invalid regular expression {s:?}: {last}")
-    })
+    Pattern::anchored(s).map_err(|reason| format!("invalid regular expression {s:?}: {reason}"))
 }
 
 fn header_name(s: &str) -> Result<HeaderName, String> {
