@@ -122,7 +122,7 @@ answers_with() { # url body tries
 
 # the gateway-style results file (gateway.sh, s4.sh, policy.sh): CSV with its header, NOTES empty
 init_results() {
-  CSV=$OUT/results.csv
+  CSV=$OUT/results.csv; rm -f "$OUT/results-attempts.csv"
   NOTES=$OUT/notes.txt; : > "$NOTES"
   echo "mode,run,phase,target,conns,rate,requests,secs,rps,errors,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms,max_ms,proxy_us_req,backend_us_req,loadgen_us_req,busy_cores,proxy_pss_mib,proxy_rss_mib,pss_before_mib,kib_per_conn,foreign_cores,p95_ms,timeouts" > "$CSV"
 }
@@ -165,6 +165,13 @@ disturbance() {
   awk -v f="${1:-0}" -v s="${2:-0}" -v fm="$FOREIGN_MAX" -v sm="$STEAL_MAX" \
     'BEGIN{a=f/fm; b=s/sm; printf "%.4f", (a>b)?a:b}'
 }
+# Every attempt, the kept one and those measured again, also goes to results-attempts.csv: the
+# report sets S5's p99 against each window's steal over all of them (report.py's S5 by steal).
+record_attempt() {
+  local all=${CSV%.csv}-attempts.csv
+  [[ -s $all ]] || head -1 "$CSV" > "$all"
+  tail -1 "$CSV" >> "$all"
+}
 measured() { # run one measurement function; redo it if other tenants disturbed it, and keep the
              # least disturbed attempt (judged by the load, never by the result)
   local tries=0 f n t0=-1 d best="" best_d=""
@@ -173,6 +180,7 @@ measured() { # run one measurement function; redo it if other tenants disturbed 
     "$@"
     ((t0 >= 0)) && EXTRA_USED_S=$((EXTRA_USED_S + SECONDS - t0))
     ((n == $(wc -l < "$CSV"))) && break   # no row: nothing to judge (and the last row is not ours)
+    record_attempt
     f=$(tail -1 "$CSV" | cut -d, -f25)
     d=$(disturbance "$f" "$ROW_STEAL")
     gt "$d" 1 &&

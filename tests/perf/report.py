@@ -206,7 +206,8 @@ def main():
             if ph == "grpc":
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
         out += main_table(rows)
-        out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p) + s8_table(p)
+        out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p)
+        out += s5_steal_table(attempts(a.peers), mode) + s8_table(p)
         out += rounds_table(PR, GR, mode) + bar(p, g)
     notes = []
     for n in a.notes:
@@ -291,6 +292,50 @@ def s5_table(p):
             out.append(f"| {LABEL[t]}{r['flag']} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p999_ms']:.3f} "
                        f"| {add('p50_ms')} | {add('p99_ms')} | {add('p999_ms')} | {fmt(r['proxy_us_req'], '{:.1f}')} "
                        f"| {fmt(r['steal_cores'], '{:.4f}')} |")
+    return out
+
+
+# Steal bins of S5's table against steal (cores the hypervisor gave other tenants in the window).
+STEAL_BINS = [0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, float("inf")]
+
+
+def attempts(peers):
+    """peers.sh's results-attempts.csv beside its results.csv: every fixed-rate window measured,
+    those measured again included (lib.sh's record_attempt)."""
+    import os
+    path = peers and os.path.join(os.path.dirname(peers), "results-attempts.csv")
+    return path if path and os.path.exists(path) else None
+
+
+def s5_steal_table(path, mode):
+    """S5's p99 against the steal of its window, over every attempt: p99 at this rate follows
+    steal for every proxy (HISTORY.md, sessions 15 and 22), so two medians of windows with
+    different steal compare the hypervisor more than the proxies; windows with like steal
+    compare the proxies."""
+    if not path:
+        return []
+    wins = defaultdict(list)
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["mode"] != mode or r["phase"] != "rate" or not r.get("steal_cores"):
+                continue
+            t = "weir" if r["target"] == "candidate" else r["target"]
+            if t in TARGETS:
+                wins[t].append((float(r["steal_cores"]), float(r["p99_ms"])))
+    if not wins:
+        return []
+    ts = [t for t in TARGETS if t in wins]
+    out = ["", "S5 p99 (ms) against the steal of its window, every window measured (those measured again "
+           "included): median (windows). p99 at this rate follows steal for every proxy; compare along a row.", "",
+           "| steal cores | " + " | ".join(LABEL[t] for t in ts) + " |", "|---|" + "---|" * len(ts)]
+    for lo, hi in zip(STEAL_BINS, STEAL_BINS[1:]):
+        cells = []
+        for t in ts:
+            xs = [p99 for st, p99 in wins[t] if lo <= st < hi]
+            cells.append(f"{statistics.median(xs):.3f} ({len(xs)})" if xs else "-")
+        if any(c != "-" for c in cells):
+            span = f"≥ {lo:g}" if hi == float("inf") else f"{lo:g}–{hi:g}"
+            out.append(f"| {span} | " + " | ".join(cells) + " |")
     return out
 
 
