@@ -207,7 +207,7 @@ def main():
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
         out += main_table(rows)
         out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p)
-        out += s5_steal_table(attempts(a.peers), mode) + s8_table(p)
+        out += s5_steal_table(attempts(a.peers), mode) + wakeups_table(a.peers, mode) + s8_table(p)
         out += rounds_table(PR, GR, mode) + bar(p, g)
     notes = []
     for n in a.notes:
@@ -336,6 +336,34 @@ def s5_steal_table(path, mode):
         if any(c != "-" for c in cells):
             span = f"≥ {lo:g}" if hi == float("inf") else f"{lo:g}–{hi:g}"
             out.append(f"| {span} | " + " | ".join(cells) + " |")
+    return out
+
+
+def wakeups_table(peers, mode):
+    """peers.sh's trace phase (wakeups.csv beside results.csv): the proxy's CPU per run at S5's
+    rate, the median of the rounds."""
+    import os
+    path = peers and os.path.join(os.path.dirname(peers), "wakeups.csv")
+    if not path or not os.path.exists(path):
+        return []
+    by_t = defaultdict(list)
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            if r["mode"] == mode:
+                by_t["weir" if r["target"] == "candidate" else r["target"]].append(r)
+    cols = ["runs_per_req", "busy_p50_us", "busy_p99_us", "busy_mean_us", "ipi_p50_us", "ipi_p99_us"]
+    out = ["", "S5's rate traced (ftrace's sched events, `wakeups.py`): the proxy's CPU runs per request, each "
+           "from a wake-up to sleeping again; how long a run lasts (the proxy's work and the kernel's for it); "
+           "and the time from the remote CPU's wake-up call to the run starting (the IPI and the vCPU's "
+           "resume). Median of the rounds.", "",
+           "| proxy | rounds | runs/request | run p50 · p99 · mean µs | wake-up p50 · p99 µs |", "|---|---|---|---|---|"]
+    for t in PROXIES:
+        rows = by_t.get(t)
+        if not rows:
+            continue
+        m = {k: statistics.median(float(r[k]) for r in rows) for k in cols}
+        out.append(f"| {LABEL[t]} | {len(rows)} | {m['runs_per_req']:.2f} | {m['busy_p50_us']:.0f} · "
+                   f"{m['busy_p99_us']:.0f} · {m['busy_mean_us']:.0f} | {m['ipi_p50_us']:.0f} · {m['ipi_p99_us']:.0f} |")
     return out
 
 
