@@ -7,6 +7,7 @@ usage: report.py --peers peers/results.csv --gateway gateway/results.csv [--note
 """
 import argparse
 import csv
+import os
 import statistics
 from collections import defaultdict
 
@@ -207,7 +208,7 @@ def main():
                 rows.append(("S6", f"gRPC unary over h2c, h2load {c} conns", by_t, by_t.get("direct")))
         out += main_table(rows)
         out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p)
-        out += s5_steal_table(attempts(a.peers), mode) + wakeups_table(a.peers, mode) + s8_table(p)
+        out += s5_steal_table(beside(a.peers, "results-attempts.csv"), mode) + wakeups_table(a.peers, mode) + s8_table(p)
         out += rounds_table(PR, GR, mode) + bar(p, g)
     notes = []
     for n in a.notes:
@@ -299,11 +300,11 @@ def s5_table(p):
 STEAL_BINS = [0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, float("inf")]
 
 
-def attempts(peers):
-    """peers.sh's results-attempts.csv beside its results.csv: every fixed-rate window measured,
-    those measured again included (lib.sh's record_attempt)."""
-    import os
-    path = peers and os.path.join(os.path.dirname(peers), "results-attempts.csv")
+def beside(peers, name):
+    """The file `name` that peers.sh wrote beside its results.csv, if it did: results-attempts.csv
+    (every window measured, those measured again included: lib.sh's record_attempt) or
+    wakeups.csv (the trace phase)."""
+    path = peers and os.path.join(os.path.dirname(peers), name)
     return path if path and os.path.exists(path) else None
 
 
@@ -342,9 +343,8 @@ def s5_steal_table(path, mode):
 def wakeups_table(peers, mode):
     """peers.sh's trace phase (wakeups.csv beside results.csv): the proxy's CPU per run at S5's
     rate, the median of the rounds."""
-    import os
-    path = peers and os.path.join(os.path.dirname(peers), "wakeups.csv")
-    if not path or not os.path.exists(path):
+    path = beside(peers, "wakeups.csv")
+    if not path:
         return []
     by_t = defaultdict(list)
     with open(path) as f:
