@@ -9,7 +9,7 @@ IPI and the vCPU's resume: a halted vCPU waits for the hypervisor). Steal length
 every proxy alike. This kernel traces no switch from the idle task, so a run starts at the
 wake-up that the idle CPU's interrupt handler traces.
 
-usage: wakeups.py TRACE CPU REQUESTS SECONDS PID... -> one CSV line:
+usage: wakeups.py TRACE CPU REQUESTS PID... -> one CSV line:
        runs_per_req,busy_p50_us,busy_p99_us,busy_mean_us,ipi_p50_us,ipi_p99_us
 """
 import re
@@ -25,8 +25,8 @@ def pct(xs, f):
 
 
 def main():
-    trace, cpu, requests, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-    pids = set(sys.argv[5:])
+    trace, cpu, requests = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    pids = set(sys.argv[4:])
     waking = None  # when a remote CPU first asked to wake a sleeping proxy thread
     start = None  # when the thread woke on its CPU
     busy, ipi = [], []
@@ -59,8 +59,7 @@ def main():
                     start = waking = None
     busy.sort()
     ipi.sort()
-    # The trace covers the load window; requests over it scale the wake-ups to the whole window.
-    per_req = len(busy) / max(1, requests) if seconds > 0 else 0
+    per_req = len(busy) / max(1, requests)  # the trace spans the load window only
     mean = sum(busy) / len(busy) if busy else 0
     print(f"{per_req:.3f},{pct(busy, .5):.1f},{pct(busy, .99):.1f},{mean:.1f},{pct(ipi, .5):.1f},{pct(ipi, .99):.1f}")
 
