@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """report.py - turn the results.csv of peers.sh and gateway.sh into one markdown report: the
 main table (req/s, ratios to direct and to nginx/HAProxy, CPU us/request, RSS), then S2 latency,
-S3 filter cost, S5 added latency, S8 idle memory and the BENCHMARKS.md bar.
+S3 filter cost, S5 added latency, S8 idle memory, the BENCHMARKS.md bar, and how firm each of its
+verdicts is (the rounds resampled).
 
 usage: report.py --peers peers/results.csv --gateway gateway/results.csv [--notes notes.txt]
 """
 import argparse
 import csv
 import os
+import random
 import statistics
 from collections import defaultdict
 
@@ -18,6 +20,7 @@ LABEL = {"direct": "direct", "nginx": "nginx", "haproxy": "HAProxy", "weir": "we
 # HTTP work, so no proxy on this rig can do much better (the load generator and the backend share
 # the other core).
 RELAY = "nginx_tcp"
+ODDS_DRAWS = 2000  # resamplings of the rounds for the odds table (a few seconds)
 NUM = ["requests", "rps", "errors", "timeouts", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms",
        "proxy_us_req", "proxy_pss_mib", "proxy_rss_mib", "pss_before_mib", "kib_per_conn", "foreign_cores", "steal_cores"]
 
@@ -180,8 +183,7 @@ def main():
     modes = sorted({k[0] for k in list(P) + list(G)})
     out = []
     for mode in modes:
-        p = {k[1:]: v for k, v in P.items() if k[0] == mode}
-        g = {k[1:]: v for k, v in G.items() if k[0] == mode}
+        p, g = split(P, G, mode)
         if len(modes) > 1:
             out += ["", f"### pinning: {mode}"]
         rows = []
@@ -209,7 +211,7 @@ def main():
         out += main_table(rows)
         out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p)
         out += s5_steal_table(beside(a.peers, "results-attempts.csv"), mode) + wakeups_table(a.peers, mode) + s8_table(p)
-        out += rounds_table(PR, GR, mode) + bar(p, g)
+        out += rounds_table(PR, GR, mode) + bar(p, g) + odds(PR, GR, mode, a)
     notes = []
     for n in a.notes:
         try:
@@ -383,8 +385,9 @@ def s8_table(p):
     return out
 
 
-def bar(p, g):
-    """The BENCHMARKS.md bar, item by item, from this run's numbers."""
+def verdicts(p, g):
+    """The BENCHMARKS.md bar, item by item, from one set of medians: (label, met, text, rows)
+    per item, rows being those whose flags make the item inconclusive."""
     res = []
 
     def get(src, ph, t, c=None):
@@ -393,34 +396,92 @@ def bar(p, g):
                 return by_t[t]
         return None
 
-    def item(ok, text, *rows):
-        shaky = " (!) measured while others loaded the machine (or the hypervisor ran them on its CPUs): not conclusive" if any(r["flag"] for r in rows) else ""
-        res.append(f"- {'✅' if ok else '❌'} {text}{shaky}")
-
     for c in sorted({k[1] for k in p if k[0] == "h1"}, key=int):
         w, n, h = get(p, "h1", "weir", c), get(p, "h1", "nginx", c), get(p, "h1", "haproxy", c)
         if w and n and h:
-            item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
-                 f"S1 -c{c} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
-                 f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
+            res.append((f"S1 -c{c} CPU", w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
+                        f"S1 -c{c} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
+                        f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs", ()))
             relay = get(p, "h1", RELAY, c)
             ceiling = f" (the L4 relay: {relay['rps'] / n['rps']:.2f} ×)" if relay else ""
-            item(w["rps"] >= 1.1 * n["rps"], f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×{ceiling}", w, n)
+            res.append((f"S1 -c{c} throughput", w["rps"] >= 1.1 * n["rps"],
+                        f"S1 -c{c} throughput ≥ 1.1 × nginx: {w['rps'] / n['rps']:.2f} ×{ceiling}", (w, n)))
+            if relay:  # not an item: the ceiling, for the odds table
+                res.append((f"S1 -c{c} the L4 relay's throughput", relay["rps"] >= 1.1 * n["rps"], None, ()))
     for ph in ("s3-get-bare", "s3-get-filtered", "s3-post-bare", "s3-post-filtered"):
         w, n, h = get(g, ph, "weir"), get(g, ph, "nginx"), get(g, ph, "haproxy")
         if w and n and h:
-            item(w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
-                 f"S3 {ph[3:]} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
-                 f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs")
+            res.append((f"S3 {ph[3:]} CPU", w["proxy_us_req"] <= min(n["proxy_us_req"], h["proxy_us_req"]),
+                        f"S3 {ph[3:]} CPU/request ≤ nginx and HAProxy: {w['proxy_us_req']:.1f} vs "
+                        f"{n['proxy_us_req']:.1f} / {h['proxy_us_req']:.1f} µs", ()))
     w, n, d = get(p, "rate", "weir"), get(p, "rate", "nginx"), get(p, "rate", "direct")
     if w and n and d:
-        item(w["p99_ms"] - d["p99_ms"] <= n["p99_ms"] - d["p99_ms"],
-             f"S5 added p99 ≤ nginx's: {w['p99_ms'] - d['p99_ms']:+.3f} vs {n['p99_ms'] - d['p99_ms']:+.3f} ms", w, n, d)
+        res.append(("S5 added p99", w["p99_ms"] - d["p99_ms"] <= n["p99_ms"] - d["p99_ms"],
+                    f"S5 added p99 ≤ nginx's: {w['p99_ms'] - d['p99_ms']:+.3f} vs {n['p99_ms'] - d['p99_ms']:+.3f} ms",
+                    (w, n, d)))
     w = get(p, "idle", "weir")
     if w:
-        item(w["pss_before_mib"] <= 15 and w["kib_per_conn"] <= 8,
-             f"S8 idle ≤ 15 MiB and ≤ 8 KiB/connection: {w['pss_before_mib']:.1f} MiB PSS, {w['kib_per_conn']:.1f} KiB/conn")
+        res.append(("S8 idle memory", w["pss_before_mib"] <= 15 and w["kib_per_conn"] <= 8,
+                    f"S8 idle ≤ 15 MiB and ≤ 8 KiB/connection: {w['pss_before_mib']:.1f} MiB PSS, "
+                    f"{w['kib_per_conn']:.1f} KiB/conn", ()))
+    return res
+
+
+def bar(p, g):
+    """The bar as this run's medians have it."""
+    shaky = " (!) measured while others loaded the machine (or the hypervisor ran them on its CPUs): not conclusive"
+    res = [f"- {'✅' if ok else '❌'} {text}{shaky if any(r['flag'] for r in rows) else ''}"
+           for _, ok, text, rows in verdicts(p, g) if text]
     return ["", "The bar (BENCHMARKS.md), this run:", ""] + res if res else []
+
+
+def odds(p_rounds, g_rounds, mode, args, draws=ODDS_DRAWS):
+    """How firm each verdict is: the bar over `draws` resamplings of this run's rounds (each
+    row's rounds drawn with replacement, as many as it had: a bootstrap). One run's rounds only,
+    so it shows how much a verdict hangs on which windows the run happened to get."""
+    if max((len(r) for k, r in p_rounds.items() if k[0] == mode), default=0) < 3:
+        return []  # one or two rounds: nothing to resample
+    rng = random.Random(1)  # the same report for the same results
+
+    def draw(rounds):
+        out = {}
+        for key, by_run in rounds.items():
+            if key[0] != mode:
+                continue
+            runs = list(by_run.values())
+            out[key] = {str(i): rng.choice(runs) for i in range(len(runs))}
+        return out
+
+    met, total, per_draw = defaultdict(int), 0, []
+    for _ in range(draws):
+        P, G = load(draw(p_rounds), args.foreign_max, args.steal_max), load(draw(g_rounds), args.foreign_max, args.steal_max)
+        vs = verdicts(*split(P, G, mode))
+        for label, ok, _, _ in vs:
+            met[label] += ok
+        per_draw.append(sum(ok for _, ok, text, _ in vs if text))
+        total = sum(1 for _, _, text, _ in vs if text)
+    if not total:
+        return []
+    here = {label: ok for label, ok, _, _ in verdicts(*split(load(p_rounds, args.foreign_max, args.steal_max),
+                                                              load(g_rounds, args.foreign_max, args.steal_max), mode))}
+
+    def pct(n):
+        return "<1%" if 0 < 100 * n < draws / 2 else f"{100 * n / draws:.0f}%"
+
+    rows = [f"| {label} | {'met' if here.get(label) else 'missed'} | {pct(n)} |" for label, n in met.items()]
+    spread = " · ".join(f"{k}: {pct(per_draw.count(k))}" for k in range(total + 1) if per_draw.count(k))
+    return ["", f"How firm each verdict is: the bar over {draws:,} resamplings of this run's rounds (each row's "
+            "rounds drawn again with replacement, as many as it had). The rounds of one run only: it shows how "
+            "much a verdict hangs on the windows this run happened to get. The L4 relay's line is not an item: "
+            "it is how often a proxy that parses no HTTP would clear 1.1 × nginx in the same draws.", "",
+            "| item | this run | met in the resampled runs |", "|---|---|---|"] + rows + [
+            "", f"Items met of {total}, share of the resampled runs: {spread}; the median resampled run meets "
+            f"{statistics.median(per_draw):.0f}."]
+
+
+def split(P, G, mode):
+    """One pinning mode's medians, keyed without the mode."""
+    return {k[1:]: v for k, v in P.items() if k[0] == mode}, {k[1:]: v for k, v in G.items() if k[0] == mode}
 
 
 if __name__ == "__main__":
