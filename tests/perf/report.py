@@ -211,7 +211,8 @@ def main():
         out += main_table(rows)
         out += ceiling_table(p) + s2_table(g) + s3_table(g) + s5_table(p)
         out += s5_steal_table(beside(a.peers, "results-attempts.csv"), mode) + wakeups_table(a.peers, mode) + s8_table(p)
-        out += rounds_table(PR, GR, mode) + bar(p, g) + odds(PR, GR, mode, a)
+        vs = verdicts(p, g)
+        out += rounds_table(PR, GR, mode) + bar(vs) + odds(PR, GR, mode, a, vs)
     notes = []
     for n in a.notes:
         try:
@@ -427,19 +428,21 @@ def verdicts(p, g):
     return res
 
 
-def bar(p, g):
-    """The bar as this run's medians have it."""
+def bar(vs):
+    """The bar as this run's medians have it (`verdicts`)."""
     shaky = " (!) measured while others loaded the machine (or the hypervisor ran them on its CPUs): not conclusive"
     res = [f"- {'✅' if ok else '❌'} {text}{shaky if any(r['flag'] for r in rows) else ''}"
-           for _, ok, text, rows in verdicts(p, g) if text]
+           for _, ok, text, rows in vs if text]
     return ["", "The bar (BENCHMARKS.md), this run:", ""] + res if res else []
 
 
-def odds(p_rounds, g_rounds, mode, args, draws=ODDS_DRAWS):
+def odds(p_rounds, g_rounds, mode, args, here, draws=ODDS_DRAWS):
     """How firm each verdict is: the bar over `draws` resamplings of this run's rounds (each
-    row's rounds drawn with replacement, as many as it had: a bootstrap). One run's rounds only,
-    so it shows how much a verdict hangs on which windows the run happened to get."""
-    if max((len(r) for k, r in p_rounds.items() if k[0] == mode), default=0) < 3:
+    row's rounds drawn with replacement, as many as it had: a bootstrap), beside `here`, the
+    run's own verdicts. One run's rounds only, so it shows how much a verdict hangs on which
+    windows the run happened to get."""
+    total = sum(1 for _, _, text, _ in here if text)
+    if not total or max((len(r) for k, r in p_rounds.items() if k[0] == mode), default=0) < 3:
         return []  # one or two rounds: nothing to resample
     rng = random.Random(1)  # the same report for the same results
 
@@ -452,23 +455,19 @@ def odds(p_rounds, g_rounds, mode, args, draws=ODDS_DRAWS):
             out[key] = {str(i): rng.choice(runs) for i in range(len(runs))}
         return out
 
-    met, total, per_draw = defaultdict(int), 0, []
+    met, per_draw = defaultdict(int), []
     for _ in range(draws):
         P, G = load(draw(p_rounds), args.foreign_max, args.steal_max), load(draw(g_rounds), args.foreign_max, args.steal_max)
         vs = verdicts(*split(P, G, mode))
         for label, ok, _, _ in vs:
             met[label] += ok
         per_draw.append(sum(ok for _, ok, text, _ in vs if text))
-        total = sum(1 for _, _, text, _ in vs if text)
-    if not total:
-        return []
-    here = {label: ok for label, ok, _, _ in verdicts(*split(load(p_rounds, args.foreign_max, args.steal_max),
-                                                              load(g_rounds, args.foreign_max, args.steal_max), mode))}
+    met_here = {label: ok for label, ok, _, _ in here}
 
     def pct(n):
         return "<1%" if 0 < 100 * n < draws / 2 else f"{100 * n / draws:.0f}%"
 
-    rows = [f"| {label} | {'met' if here.get(label) else 'missed'} | {pct(n)} |" for label, n in met.items()]
+    rows = [f"| {label} | {'met' if met_here.get(label) else 'missed'} | {pct(n)} |" for label, n in met.items()]
     spread = " · ".join(f"{k}: {pct(per_draw.count(k))}" for k in range(total + 1) if per_draw.count(k))
     return ["", f"How firm each verdict is: the bar over {draws:,} resamplings of this run's rounds (each row's "
             "rounds drawn again with replacement, as many as it had). The rounds of one run only: it shows how "
