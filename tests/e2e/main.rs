@@ -13,6 +13,7 @@ mod h2;
 mod h2_abuse;
 mod h2_downgrade;
 mod idle;
+mod idle_memory;
 mod infra;
 mod lifecycle;
 mod pool;

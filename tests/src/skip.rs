@@ -134,3 +134,35 @@ macro_rules! require {
     (@one python_grpc) => { $crate::skip::require_python_grpc() };
     (@one app_python_grpc) => { $crate::skip::require_app_python_grpc() };
 }
+
+/// True when this process may hold `n` open files, raising its soft limit towards the hard one
+/// when needed (processes it starts afterwards inherit the limit); otherwise skips.
+pub fn require_open_files(n: u64) -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    #[allow(unsafe_code)]
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return skip("cannot read the open-files limit");
+    }
+    if lim.rlim_cur >= n {
+        return true;
+    }
+    if lim.rlim_max >= n {
+        let want = libc::rlimit {
+            rlim_cur: n,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        #[allow(unsafe_code)]
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return true;
+        }
+    }
+    skip(&format!(
+        "needs {n} open files; the limit is {} (hard {})",
+        lim.rlim_cur, lim.rlim_max
+    ))
+}
