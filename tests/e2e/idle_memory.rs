@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use weir_tests::raw_http1::read_response;
 use weir_tests::registry::{gateway_prefixes, strip};
 use weir_tests::wait::{poll_until, within};
-use weir_tests::{metrics, skip, TestBackend, WeirProxy};
+use weir_tests::{metrics, require, TestBackend, WeirProxy};
 
 /// S8's connection count.
 const CONNS: usize = 1000;
@@ -67,9 +67,7 @@ async fn settled_rss_kib(proxy: &WeirProxy) -> u64 {
 #[tokio::test]
 async fn a_thousand_idle_keep_alive_connections_cost_at_most_8_kib_each() {
     // This process holds both ends that are not the proxy's: the clients and the backend.
-    if !skip::require_open_files(OPEN_FILES) {
-        return;
-    }
+    require!(open_files OPEN_FILES);
     let backend = TestBackend::start("memory").await;
     let eps = [backend.addr];
     let proxy = WeirProxy::builder()

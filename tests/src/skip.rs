@@ -99,42 +99,6 @@ pub fn require_app_python_grpc() -> bool {
     ))
 }
 
-/// Where `name` lives: `PATH` first, then the sbin directories, which a non-root `PATH` often
-/// lacks although nginx and ip live there. Spawn tools through this so both agree.
-pub fn tool_path(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        return Some(PathBuf::from(name)).filter(|p| p.is_file());
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let extra = ["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from);
-    std::env::split_paths(&path)
-        .chain(extra)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// [`tool_path`], panicking when absent: call it after `require!(tool ...)`.
-pub fn tool(name: &str) -> PathBuf {
-    tool_path(name).unwrap_or_else(|| panic!("`{name}` is not installed (tests/run installs it)"))
-}
-
-/// Return from the test unless every requirement holds:
-/// `require!(tool "nginx", tool "promtool", root, python_grpc);` (`app_python_grpc`: the same
-/// for Python run as the app inside a network namespace)
-///
-/// Each missing requirement prints `SKIP <test>: <why>` (or panics under
-/// `WEIR_TEST_REQUIRE_ALL=1`); the first missing one ends the test.
-#[macro_export]
-macro_rules! require {
-    ($($kind:ident $($name:literal)?),+ $(,)?) => {
-        $( if !$crate::require!(@one $kind $($name)?) { return; } )+
-    };
-    (@one tool $name:literal) => { $crate::skip::require_tool($name) };
-    (@one root) => { $crate::skip::require_root() };
-    (@one python_grpc) => { $crate::skip::require_python_grpc() };
-    (@one app_python_grpc) => { $crate::skip::require_app_python_grpc() };
-}
-
 /// True when this process may hold `n` open files, raising its soft limit towards the hard one
 /// when needed (processes it starts afterwards inherit the limit); otherwise skips.
 pub fn require_open_files(n: u64) -> bool {
@@ -165,4 +129,41 @@ pub fn require_open_files(n: u64) -> bool {
         "needs {n} open files; the limit is {} (hard {})",
         lim.rlim_cur, lim.rlim_max
     ))
+}
+
+/// Where `name` lives: `PATH` first, then the sbin directories, which a non-root `PATH` often
+/// lacks although nginx and ip live there. Spawn tools through this so both agree.
+pub fn tool_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let extra = ["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from);
+    std::env::split_paths(&path)
+        .chain(extra)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// [`tool_path`], panicking when absent: call it after `require!(tool ...)`.
+pub fn tool(name: &str) -> PathBuf {
+    tool_path(name).unwrap_or_else(|| panic!("`{name}` is not installed (tests/run installs it)"))
+}
+
+/// Return from the test unless every requirement holds:
+/// `require!(tool "nginx", tool "promtool", root, python_grpc);` (`app_python_grpc`: the same
+/// for Python run as the app inside a network namespace; `open_files N`: room for N open files)
+///
+/// Each missing requirement prints `SKIP <test>: <why>` (or panics under
+/// `WEIR_TEST_REQUIRE_ALL=1`); the first missing one ends the test.
+#[macro_export]
+macro_rules! require {
+    ($($kind:ident $($arg:expr)?),+ $(,)?) => {
+        $( if !$crate::require!(@one $kind $($arg)?) { return; } )+
+    };
+    (@one tool $name:expr) => { $crate::skip::require_tool($name) };
+    (@one open_files $n:expr) => { $crate::skip::require_open_files($n) };
+    (@one root) => { $crate::skip::require_root() };
+    (@one python_grpc) => { $crate::skip::require_python_grpc() };
+    (@one app_python_grpc) => { $crate::skip::require_app_python_grpc() };
 }
