@@ -66,6 +66,30 @@ install_missing() {
     die "apt-get install ${need[*]} failed"
 }
 
+# The CPU level weir-proxy's release builds target: WEIR_TARGET_CPU when set ("" for rustc's
+# default, x86-64), else x86-64-v3 (AVX2, BMI2, FMA, MOVBE: every x86 server CPU since 2013-17)
+# when this host has all of it, which callgrind put at 4.3% fewer instructions a request in S1.
+weir_target_cpu() {
+  if [[ -n ${WEIR_TARGET_CPU+set} ]]; then echo "$WEIR_TARGET_CPU"; return; fi
+  [[ $(rustc -vV | sed -n 's/^host: //p') == x86_64-* ]] || return 0
+  local want have
+  want=$(rustc --print cfg -C target-cpu=x86-64-v3 | grep '^target_feature=' | sort)
+  have=$(rustc --print cfg -C target-cpu=native | grep '^target_feature=' | sort)
+  [[ -z $(comm -23 <(echo "$want") <(echo "$have")) ]] && echo x86-64-v3
+  return 0
+}
+# RUSTFLAGS for that level. A micro-architecture level (x86-64-v2/v3/v4) is also written into the
+# binary's ELF notes (GNU_PROPERTY_X86_ISA_1_NEEDED, by GNU ld: rust-lld does not write it), so on
+# an older CPU glibc's loader (2.33 on) refuses to start it, "CPU ISA level is lower than
+# required", instead of the process dying of SIGILL at its first AVX2 instruction.
+target_cpu_rustflags() {
+  local c; c=$(weir_target_cpu)
+  [[ -n $c ]] || return 0
+  printf '%s' "-Ctarget-cpu=$c"
+  [[ $c == x86-64-v[234] ]] && printf ' %s' -Clinker-features=-lld "-Clink-arg=-Wl,-z,$c"
+  echo
+}
+
 raise_fd_limit() {
   ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
   FDLIM=$(ulimit -n); [[ $FDLIM == unlimited ]] && FDLIM=65536

@@ -10,6 +10,9 @@
 #
 # Needs rustc's own llvm-profdata (rustup component llvm-tools: added when rustup is there),
 # nginx (the backend), wrk, ab and h2load (installed with apt-get when missing, as root).
+# The build targets weir_target_cpu's level (lib.sh: x86-64-v3 when this host has it, or
+# WEIR_TARGET_CPU; WEIR_TARGET_CPU=x86-64 for a binary that runs on any x86-64), and says which in
+# weir-proxy.target-cpu beside the binary.
 # Log lines go to stderr; stdout is the path alone.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,6 +35,7 @@ fi
 [[ -x $PROFDATA ]] || die "no llvm-profdata at $PROFDATA: rustup component add llvm-tools"
 install_missing nginx:nginx wrk:wrk ab:apache2-utils h2load:nghttp2-client curl:curl
 
+CPU_FLAGS=$(target_cpu_rustflags)
 raise_fd_limit
 WORK=$(mktemp -d /tmp/weir-pgo.XXXXXX)
 chmod 755 "$WORK"  # nginx workers run unprivileged and serve the gRPC reply from here
@@ -41,8 +45,8 @@ trap cleanup EXIT
 # Build scripts run instrumented too: their profiles go elsewhere (LLVM_PROFILE_FILE below
 # names the proxy's own). A path that stays the same keeps the instrumented build incremental;
 # the optimised build's flags name this run's profile, so a new profile always rebuilds it.
-log "pgo: instrumented build into $TARGET/pgo-gen"
-(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-generate=$TARGET/pgo-gen/build-profiles" \
+log "pgo: instrumented build into $TARGET/pgo-gen (${CPU_FLAGS:-default target CPU})"
+(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} $CPU_FLAGS -Cprofile-generate=$TARGET/pgo-gen/build-profiles" \
   CARGO_TARGET_DIR=$TARGET/pgo-gen cargo build --release -q -p weir-proxy)
 
 write_backend_conf 1
@@ -78,6 +82,7 @@ compgen -G "$WORK/profiles/*.profraw" >/dev/null || die "the instrumented proxy 
 "$PROFDATA" merge -o "$WORK/weir.profdata" "$WORK/profiles/"*.profraw
 
 log "pgo: optimised build into $TARGET/pgo"
-(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} -Cprofile-use=$WORK/weir.profdata" \
+(cd "$ROOT" && RUSTFLAGS="${RUSTFLAGS:-} $CPU_FLAGS -Cprofile-use=$WORK/weir.profdata" \
   CARGO_TARGET_DIR=$TARGET/pgo cargo build --release -q -p weir-proxy)
+c=$(weir_target_cpu); echo "${c:-x86-64}" > "$TARGET/pgo/release/weir-proxy.target-cpu"
 echo "$TARGET/pgo/release/weir-proxy"
