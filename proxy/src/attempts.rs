@@ -42,9 +42,6 @@ use crate::{
 
 mod flight;
 
-/// Extra draws the balancer gets to find an endpoint other than the one that just failed.
-const REPICKS: usize = 2;
-
 /// Sends a prepared (non-upgrade) request to `svc` under `route`'s timeouts and retry rule;
 /// retries and budget refusals are counted on `metrics`.
 pub async fn run(
@@ -83,7 +80,10 @@ pub async fn run(
             let left = grpc::format_timeout(d.remaining(now));
             parts.headers.insert(grpc::GRPC_TIMEOUT, left);
         }
-        let ep = pick(svc, last).ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
+        let ep = svc
+            .endpoints
+            .pick_other(last)
+            .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
         last = Some(ep.addr());
         // Held out here so that an attempt its deadline cuts short still reaches the breaker.
         let mut flight = Some(ep.start());
@@ -182,17 +182,6 @@ fn request_deadline(
         None => Timeouts::new(route.source.timeouts.as_ref(), svc.policy.source.timeout),
     };
     timeouts.request_deadline(now, grpc_timeout)
-}
-
-/// An endpoint, preferably not `avoid` (the one the last attempt went to) when there is another.
-fn pick(svc: &ServiceTarget, avoid: Option<EndpointAddr>) -> Option<&Arc<EndpointState>> {
-    let first = svc.endpoints.pick()?;
-    if avoid != Some(first.addr()) || svc.endpoints.ready_len() < 2 {
-        return Some(first);
-    }
-    (0..REPICKS)
-        .find_map(|_| svc.endpoints.pick().filter(|e| Some(e.addr()) != avoid))
-        .or(Some(first))
 }
 
 /// What became of one attempt.

@@ -120,31 +120,71 @@ impl EndpointSet {
             return ready.first().filter(|s| s.breaker_available());
         }
         let now = now_nanos();
-        let Some(a) = self.draw(rng, now, None) else {
+        let Some(a) = self.draw(rng, now, [None, None]) else {
             return ready
                 .iter()
                 .filter(|s| s.breaker_available())
                 .min_by_key(|s| s.down_until_nanos());
         };
-        let (a, b) = match self.draw(rng, now, Some(a)) {
-            Some(b) => (&ready[a], &ready[b]),
-            None => return Some(&ready[a]),
-        };
-        Some(if cheaper(b, a, now) { b } else { a })
+        Some(self.cheaper_of(rng, now, a, None))
     }
 
-    /// A weighted draw among ready endpoints that are up, other than `exclude`.
+    /// A pick for a retry: as [`EndpointSet::pick`], but among the endpoints other than `avoid`
+    /// (the one the failed attempt went to) whenever one of them is available, so a retry never
+    /// lands on the endpoint that just failed while another could take it. With no other, the
+    /// ordinary pick, which may be `avoid` itself.
+    pub fn pick_other(&self, avoid: Option<EndpointAddr>) -> Option<&Arc<EndpointState>> {
+        with_rng(|rng| self.pick_other_with(rng, avoid))
+    }
+
+    /// [`EndpointSet::pick_other`] with a given random number generator (seeded in tests).
+    pub fn pick_other_with<R: Rng + ?Sized>(
+        &self,
+        rng: &mut R,
+        avoid: Option<EndpointAddr>,
+    ) -> Option<&Arc<EndpointState>> {
+        let ready = &self.inner.ready;
+        let skip = avoid.and_then(|addr| ready.iter().position(|s| s.addr() == addr));
+        if skip.is_none() || ready.len() <= 1 {
+            return self.pick_with(rng);
+        }
+        let now = now_nanos();
+        match self.draw(rng, now, [skip, None]) {
+            Some(a) => Some(self.cheaper_of(rng, now, a, skip)),
+            None => self.pick_with(rng),
+        }
+    }
+
+    /// `ready[a]` against a second draw (other than `a` and `skip`): the cheaper of the two, or
+    /// `ready[a]` when there is no second.
+    fn cheaper_of<R: Rng + ?Sized>(
+        &self,
+        rng: &mut R,
+        now: u64,
+        a: usize,
+        skip: Option<usize>,
+    ) -> &Arc<EndpointState> {
+        let ready = &self.inner.ready;
+        match self.draw(rng, now, [Some(a), skip]) {
+            Some(b) if cheaper(&ready[b], &ready[a], now) => &ready[b],
+            _ => &ready[a],
+        }
+    }
+
+    /// A weighted draw among ready endpoints that are up, other than those in `exclude`.
     fn draw<R: Rng + ?Sized>(
         &self,
         rng: &mut R,
         now: u64,
-        exclude: Option<usize>,
+        exclude: [Option<usize>; 2],
     ) -> Option<usize> {
         let Inner {
             ready, cumulative, ..
         } = &*self.inner;
         let available = |i: usize| {
-            Some(i) != exclude && ready[i].down_until_nanos() <= now && ready[i].breaker_available()
+            !exclude.contains(&Some(i))
+                && ready[i].down_until_nanos() <= now
+                && ready[i].breaker_available()
         };
         let total = cumulative.last().copied().unwrap_or(0);
         if total == 0 {
@@ -347,6 +387,37 @@ mod tests {
         assert_eq!(set.ready_len(), 2);
         assert!(self::set(&[endpoint(1, 1, false)]).pick().is_none());
         assert!(self::set(&[]).pick().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_pick_never_returns_the_failed_endpoint_while_another_is_available() {
+        let set = set(&[
+            endpoint(1, 1, true),
+            endpoint(2, 1, true),
+            endpoint(3, 1, true),
+        ]);
+        // The endpoint that failed is by far the cheapest (a fast error), as in a 500 storm.
+        for (port, rtt) in [(1, 1), (2, 50), (3, 50)] {
+            state(&set, port).start().finish(Duration::from_millis(rtt));
+        }
+        let failed = Some(state(&set, 1).addr());
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut counts = Counts::new();
+        for _ in 0..PICKS {
+            let picked = set.pick_other_with(&mut rng, failed).expect("an endpoint");
+            *counts.entry(picked.addr().0.port()).or_default() += 1;
+        }
+        assert_eq!(counts.get(&1), None, "{counts:?}");
+        assert_share(&counts, 2, 0.5);
+
+        // The others out of the running: the failed one is still better than nothing.
+        state(&set, 2).eject_for(Duration::from_secs(5));
+        state(&set, 3).connect_failed();
+        let picked = set.pick_other_with(&mut rng, failed).expect("an endpoint");
+        assert_eq!(picked.addr().0.port(), 1);
+        let alone = self::set(&[endpoint(1, 1, true)]);
+        let only = alone.pick_other(Some(state(&alone, 1).addr()));
+        assert_eq!(only.map(|e| e.addr().0.port()), Some(1));
     }
 
     #[tokio::test(start_paused = true)]
