@@ -5,6 +5,7 @@ mod bad_input;
 mod bodies;
 mod breaker;
 mod control;
+mod cpu_level;
 mod gateway;
 mod grpc;
 mod grpc_mesh;
