@@ -62,6 +62,16 @@ fn isa_needed(bin: &Path) -> Option<String> {
     })
 }
 
+/// Asserts that `bin` names no x86-64-v level (at most the baseline).
+fn assert_no_level(bin: &Path) {
+    let needed = isa_needed(bin);
+    assert!(
+        needed.as_deref().is_none_or(|v| !v.contains("x86-64-v")),
+        "{}: {needed:?}",
+        bin.display()
+    );
+}
+
 /// Runs `bin` on qemu's model of `cpu`.
 fn on_cpu(cpu: &str, bin: &Path, env: &[(&str, &str)]) -> Output {
     Command::new("qemu-x86_64")
@@ -125,11 +135,7 @@ fn a_baseline_build_names_no_level_and_runs_on_a_pre_haswell_cpu() {
     let flags = rustflags("x86-64");
     assert_eq!(flags, ["-Ctarget-cpu=x86-64"]);
     let base = hello(&dir, "hello-base", &flags);
-    let needed = isa_needed(&base);
-    assert!(
-        needed.as_deref().is_none_or(|v| !v.contains("x86-64-v")),
-        "{needed:?}"
-    );
+    assert_no_level(&base);
     let old = on_cpu("Nehalem", &base, &[]);
     assert!(old.status.success(), "{old:?}");
     assert_eq!(text(&old.stdout), "ran\n");
@@ -142,11 +148,7 @@ fn the_proxy_the_tests_build_starts_on_a_pre_haswell_cpu() {
         return;
     }
     let bin = weir_tests::proxy::proxy_bin();
-    let needed = isa_needed(&bin);
-    assert!(
-        needed.as_deref().is_none_or(|v| !v.contains("x86-64-v")),
-        "{needed:?}"
-    );
+    assert_no_level(&bin);
     // A configuration error is the quickest way through start-up to a clean exit: the loader,
     // the allocator's initialisation and `main` all ran.
     let out = on_cpu("Nehalem", &bin, &[("WEIR_PROXY_WORKERS", "abc")]);

@@ -145,7 +145,7 @@ impl EndpointSet {
     ) -> Option<&Arc<EndpointState>> {
         let ready = &self.inner.ready;
         let skip = avoid.and_then(|addr| ready.iter().position(|s| s.addr() == addr));
-        if skip.is_none() || ready.len() <= 1 {
+        if skip.is_none() {
             return self.pick_with(rng);
         }
         let now = now_nanos();
@@ -261,10 +261,17 @@ mod tests {
 
     /// Picks per port over `PICKS` picks, without holding requests in flight.
     fn spread(set: &EndpointSet) -> Counts<u16, usize> {
+        spread_of(|rng| set.pick_with(rng))
+    }
+
+    /// Picks per port over `PICKS` calls of `pick` on one seeded generator.
+    fn spread_of<'a>(
+        mut pick: impl FnMut(&mut SmallRng) -> Option<&'a Arc<EndpointState>>,
+    ) -> Counts<u16, usize> {
         let mut rng = SmallRng::seed_from_u64(7);
         let mut counts = Counts::new();
         for _ in 0..PICKS {
-            let picked = set.pick_with(&mut rng).expect("an endpoint");
+            let picked = pick(&mut rng).expect("an endpoint");
             *counts.entry(picked.addr().0.port()).or_default() += 1;
         }
         counts
@@ -401,19 +408,14 @@ mod tests {
             state(&set, port).start().finish(Duration::from_millis(rtt));
         }
         let failed = Some(state(&set, 1).addr());
-        let mut rng = SmallRng::seed_from_u64(7);
-        let mut counts = Counts::new();
-        for _ in 0..PICKS {
-            let picked = set.pick_other_with(&mut rng, failed).expect("an endpoint");
-            *counts.entry(picked.addr().0.port()).or_default() += 1;
-        }
+        let counts = spread_of(|rng| set.pick_other_with(rng, failed));
         assert_eq!(counts.get(&1), None, "{counts:?}");
         assert_share(&counts, 2, 0.5);
 
         // The others out of the running: the failed one is still better than nothing.
         state(&set, 2).eject_for(Duration::from_secs(5));
         state(&set, 3).connect_failed();
-        let picked = set.pick_other_with(&mut rng, failed).expect("an endpoint");
+        let picked = set.pick_other(failed).expect("an endpoint");
         assert_eq!(picked.addr().0.port(), 1);
         let alone = self::set(&[endpoint(1, 1, true)]);
         let only = alone.pick_other(Some(state(&alone, 1).addr()));
