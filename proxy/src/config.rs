@@ -7,6 +7,8 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 pub use env::{EnvSource, ProcessEnv};
 
+use crate::routing::PathNormalization;
+
 /// Everything the proxy reads at start-up.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -61,6 +63,8 @@ pub struct Config {
     pub h2: H2Limits,
     /// How often the registry file is checked for edits.
     pub registry_poll: Duration,
+    /// How request paths are normalised before routes are matched (and as forwarded).
+    pub path_normalization: PathNormalization,
 }
 
 /// Every HTTP/2 limit the server enforces, set explicitly rather than inherited.
@@ -129,6 +133,7 @@ impl Default for Config {
             pool_max_idle_per_endpoint: 64,
             h2: H2Limits::default(),
             registry_poll: Duration::from_millis(250),
+            path_normalization: PathNormalization::default(),
         }
     }
 }

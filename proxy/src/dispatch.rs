@@ -36,6 +36,12 @@ pub async fn route(
     default_ns: &str,
     client: ClientAddr,
 ) -> Routed {
+    if let Err(why) = routing::normalize_path(&mut parts.uri, shared.config.path_normalization) {
+        return Routed {
+            metrics: None,
+            result: Err(ProxyError::BadRequest(why)),
+        };
+    }
     let Some(sel) = set.table.select(&parts.method, &parts.uri, &parts.headers) else {
         return Routed {
             metrics: None,

@@ -17,6 +17,7 @@ mod idle;
 mod idle_memory;
 mod infra;
 mod lifecycle;
+mod path_normalization;
 mod pool;
 mod rate_limit;
 mod rate_limit_overrides;

@@ -145,6 +145,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "WEIR_PROXY_REGISTRY_POLL",
         "registry file check interval (default 250ms)",
     ),
+    (
+        "WEIR_PROXY_PATH_NORMALIZATION",
+        "request paths normalised before routing and as forwarded: none, base, merge_slashes or decode_and_merge_slashes (default merge_slashes)",
+    ),
 ];
 
 /// All the variables that could not be read, each named.
@@ -274,6 +278,11 @@ impl Config {
             ),
             h2,
             registry_poll: r.duration("WEIR_PROXY_REGISTRY_POLL", d.registry_poll),
+            path_normalization: r.parse(
+                "WEIR_PROXY_PATH_NORMALIZATION",
+                d.path_normalization,
+                str::parse,
+            ),
         };
         match (&config.registry, &config.control_addr) {
             (None, None) => r.errors.push(

@@ -5,6 +5,7 @@ mod fault;
 mod header_modifier;
 mod matches;
 mod mirror;
+mod normalize;
 mod query_param;
 mod redirect;
 mod table;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use http::{request, response, HeaderName};
 
 pub use mirror::{mirror_head, shadow_head};
+pub use normalize::{normalize_path, PathNormalization};
 pub use table::{RouteTable, Selected};
 
 use crate::model::{self, BackendRef, Filter};
