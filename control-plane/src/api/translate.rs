@@ -70,8 +70,8 @@ fn route_match(m: &model::RouteMatch) -> pb::RouteMatch {
     pb::RouteMatch {
         path: m.path.as_ref().map(|p| pb::PathMatch {
             kind: Some(match p {
-                PathMatch::Exact(v) => Kind::Exact(v.clone()),
-                PathMatch::PathPrefix(v) => Kind::Prefix(v.clone()),
+                PathMatch::Exact(v) => Kind::Exact(v.0.clone()),
+                PathMatch::PathPrefix(v) => Kind::Prefix(v.0.clone()),
                 PathMatch::RegularExpression(re) => Kind::Regex(re.as_written().to_string()),
             }),
         }),
@@ -167,11 +167,11 @@ fn path_modifier(p: &PathModifier) -> pb::PathModifier {
     pb::PathModifier {
         kind: Some(match p {
             PathModifier::ReplaceFullPath { replace_full_path } => {
-                Kind::ReplaceFullPath(replace_full_path.clone())
+                Kind::ReplaceFullPath(replace_full_path.0.clone())
             }
             PathModifier::ReplacePrefixMatch {
                 replace_prefix_match,
-            } => Kind::ReplacePrefixMatch(replace_prefix_match.clone()),
+            } => Kind::ReplacePrefixMatch(replace_prefix_match.0.clone()),
         }),
     }
 }

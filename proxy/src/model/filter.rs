@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::{de, Deserialize, Deserializer, Serialize};
 
-use super::{BackendRef, Dur, HeaderName, HeaderValue};
+use super::{BackendRef, Dur, HeaderName, HeaderValue, RewritePath};
 
 /// Ordered filters, applied in the order written. Deserialized through `FilterRepr` (see there).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -173,11 +173,11 @@ pub struct UrlRewrite {
 pub enum PathModifier {
     ReplaceFullPath {
         #[serde(rename = "replaceFullPath")]
-        replace_full_path: String,
+        replace_full_path: RewritePath,
     },
     ReplacePrefixMatch {
         #[serde(rename = "replacePrefixMatch")]
-        replace_prefix_match: String,
+        replace_prefix_match: RewritePath,
     },
 }
 
@@ -187,8 +187,8 @@ pub enum PathModifier {
 struct PathModifierRepr {
     #[serde(rename = "type")]
     kind: PathModifierKind,
-    replace_full_path: Option<String>,
-    replace_prefix_match: Option<String>,
+    replace_full_path: Option<RewritePath>,
+    replace_prefix_match: Option<RewritePath>,
 }
 
 #[derive(Deserialize)]

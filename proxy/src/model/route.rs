@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CircuitBreakerPolicy, Filter, HeaderName, Method, Pattern, RateLimitPolicy, RetryPolicy,
-    RouteTimeouts,
+    CircuitBreakerPolicy, Filter, HeaderName, MatchPath, Method, Pattern, RateLimitPolicy,
+    RetryPolicy, RouteTimeouts,
 };
 
 /// A Gateway API HTTPRoute rule: matches → ordered filters → weighted backends.
@@ -49,8 +49,8 @@ pub struct RouteMatch {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "type", content = "value", deny_unknown_fields)]
 pub enum PathMatch {
-    Exact(String),
-    PathPrefix(String),
+    Exact(MatchPath),
+    PathPrefix(MatchPath),
     RegularExpression(Pattern),
 }
 

@@ -1,5 +1,5 @@
-//! Scalars validated as they are read: methods, header names and values, regular expressions
-//! and durations, each pinned to its own line and column when it is bad.
+//! Scalars validated as they are read: methods, header names and values, regular expressions,
+//! route paths and durations, each pinned to its own line and column when it is bad.
 
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
@@ -44,6 +44,79 @@ impl PartialEq for Pattern {
     fn eq(&self, other: &Self) -> bool {
         self.0.as_str() == other.0.as_str()
     }
+}
+
+/// The path of an `Exact` or `PathPrefix` match: Gateway API's rules, so that it can meet a
+/// normalised request path (`/`-first, URI path characters, no `//`, dot segment or `%2F`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatchPath(pub String);
+
+/// A path a `URLRewrite` or `RequestRedirect` writes: `/`-first and made of URI path characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewritePath(pub String);
+
+impl MatchPath {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        uri_path(s)?;
+        let lower = s.to_ascii_lowercase();
+        if s.contains("//") {
+            Err("must not contain `//`".into())
+        } else if s.contains("/./") || s.contains("/../") || s.ends_with("/.") || s.ends_with("/..")
+        {
+            Err("must not contain a `.` or `..` segment".into())
+        } else if lower.contains("%2f") {
+            Err("must not contain an escaped slash `%2F`".into())
+        } else {
+            Ok(Self(s.to_owned()))
+        }
+    }
+}
+
+impl RewritePath {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        uri_path(s).map(|()| Self(s.to_owned()))
+    }
+}
+
+impl std::ops::Deref for MatchPath {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for RewritePath {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Starts with `/` and holds only RFC 3986 path characters and well-formed `%XX` escapes.
+fn uri_path(s: &str) -> Result<(), String> {
+    if !s.starts_with('/') {
+        return Err("must start with `/`".into());
+    }
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = |j: usize| bytes.get(j).is_some_and(u8::is_ascii_hexdigit);
+            if !(hex(i + 1) && hex(i + 2)) {
+                return Err(format!("`%` at byte {i} does not start a `%XX` escape"));
+            }
+            i += 3;
+            continue;
+        }
+        if !(b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b)) {
+            let c = s[i..].chars().next().unwrap_or('?');
+            return Err(format!(
+                "{c:?} is not a URI path character (escape it as %XX)"
+            ));
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// A duration written as Go/Kubernetes do: `250ms`, `10s`, `1m`, `1h`, `1m30s`.
@@ -111,6 +184,10 @@ string_newtype!(
     |s| Pattern::anchored(s),
     |v| v.as_written()
 );
+string_newtype!(MatchPath, "path", |s| MatchPath::parse(s), |v| v.0.as_str());
+string_newtype!(RewritePath, "path", |s| RewritePath::parse(s), |v| v
+    .0
+    .as_str());
 string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
     format_duration(v.0)
 });

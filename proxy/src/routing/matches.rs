@@ -70,7 +70,7 @@ impl CompiledMatch {
     pub(super) fn new(m: &model::RouteMatch) -> Self {
         let path = match &m.path {
             None => PathMatcher::Prefix("".into()),
-            Some(PathMatch::Exact(p)) => PathMatcher::Exact(p.as_str().into()),
+            Some(PathMatch::Exact(p)) => PathMatcher::Exact((**p).into()),
             Some(PathMatch::PathPrefix(p)) => PathMatcher::Prefix(p.trim_end_matches('/').into()),
             Some(PathMatch::RegularExpression(p)) => PathMatcher::Regex(p.clone()),
         };

@@ -196,11 +196,11 @@ mod tests {
         let parts = request("GET", "/old/x?y=1", &[("host", "h")]);
         let mut r = redirect(None, None, None, 302);
         r.path = Some(PathModifier::ReplacePrefixMatch {
-            replace_prefix_match: "/new".into(),
+            replace_prefix_match: crate::model::RewritePath("/new".into()),
         });
         assert_eq!(location_of(&r, Some("/old"), &parts), "http://h/new/x?y=1");
         r.path = Some(PathModifier::ReplaceFullPath {
-            replace_full_path: "/full".into(),
+            replace_full_path: crate::model::RewritePath("/full".into()),
         });
         assert_eq!(location_of(&r, Some("/old"), &parts), "http://h/full?y=1");
     }

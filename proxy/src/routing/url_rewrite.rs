@@ -81,9 +81,7 @@ pub(super) fn modified_path<'a>(
     path: &str,
 ) -> Option<Cow<'a, str>> {
     match modifier {
-        PathModifier::ReplaceFullPath { replace_full_path } if replace_full_path.is_empty() => {
-            Some(Cow::Borrowed("/"))
-        }
+        // Validated at load: never empty, always `/`-first.
         PathModifier::ReplaceFullPath { replace_full_path } => {
             Some(Cow::Borrowed(replace_full_path))
         }
@@ -151,7 +149,7 @@ mod tests {
         let rewrite = UrlRewrite {
             hostname: None,
             path: Some(PathModifier::ReplacePrefixMatch {
-                replace_prefix_match: "/".into(),
+                replace_prefix_match: crate::model::RewritePath("/".into()),
             }),
         };
         apply(&rewrite, None, Some("/auth-service"), &mut parts);
@@ -164,7 +162,7 @@ mod tests {
         let rewrite = UrlRewrite {
             hostname: None,
             path: Some(PathModifier::ReplaceFullPath {
-                replace_full_path: "/z".into(),
+                replace_full_path: crate::model::RewritePath("/z".into()),
             }),
         };
         apply(&rewrite, None, Some("/a"), &mut parts);
@@ -177,7 +175,7 @@ mod tests {
         let rewrite = UrlRewrite {
             hostname: None,
             path: Some(PathModifier::ReplacePrefixMatch {
-                replace_prefix_match: "/z".into(),
+                replace_prefix_match: crate::model::RewritePath("/z".into()),
             }),
         };
         apply(&rewrite, None, None, &mut parts);

@@ -8,9 +8,9 @@ use weir_proto::discovery as pb;
 use super::{each, field, opt_dur, required_dur, small, InvalidProto};
 use crate::model::{
     BackendRef, Dur, Fault, FaultAbort, FaultDelay, Filter, HeaderMatch, HeaderModifier,
-    HeaderName, HeaderValue, HeaderValuePair, Method, NameValue, PathMatch, PathModifier, Pattern,
-    QueryParamMatch, RequestMirror, RequestRedirect, RetryPolicy, Route, RouteMatch, RouteTimeouts,
-    UrlRewrite, ValueMatchKind,
+    HeaderName, HeaderValue, HeaderValuePair, MatchPath, Method, NameValue, PathMatch,
+    PathModifier, Pattern, QueryParamMatch, RequestMirror, RequestRedirect, RetryPolicy,
+    RewritePath, Route, RouteMatch, RouteTimeouts, UrlRewrite, ValueMatchKind,
 };
 
 const REDIRECT_CODES: [u16; 5] = [301, 302, 303, 307, 308];
@@ -62,8 +62,12 @@ fn route_match(m: pb::RouteMatch) -> Result<RouteMatch, InvalidProto> {
     let path = match m.path.map(|p| p.kind) {
         None => None,
         Some(None) => return Err(InvalidProto::new("path", "no kind of path match is set")),
-        Some(Some(Kind::Exact(v))) => Some(PathMatch::Exact(v)),
-        Some(Some(Kind::Prefix(v))) => Some(PathMatch::PathPrefix(v)),
+        Some(Some(Kind::Exact(v))) => Some(PathMatch::Exact(field("path.exact", v, |v| {
+            path(&v, MatchPath::parse)
+        })?)),
+        Some(Some(Kind::Prefix(v))) => Some(PathMatch::PathPrefix(field("path.prefix", v, |v| {
+            path(&v, MatchPath::parse)
+        })?)),
         Some(Some(Kind::Regex(v))) => {
             Some(PathMatch::RegularExpression(field("path.regex", v, |v| {
                 pattern(&v)
@@ -109,6 +113,10 @@ fn value_kind(v: &pb::ValueMatch) -> Result<ValueMatchKind, InvalidProto> {
 /// Compiled anchored, as the registry file's `Pattern` is.
 fn pattern(s: &str) -> Result<Pattern, String> {
     Pattern::anchored(s).map_err(|reason| format!("invalid regular expression {s:?}: {reason}"))
+}
+
+fn path<T>(s: &str, parse: fn(&str) -> Result<T, String>) -> Result<T, String> {
+    parse(s).map_err(|reason| format!("invalid path {s:?}: {reason}"))
 }
 
 fn header_name(s: &str) -> Result<HeaderName, String> {
@@ -186,10 +194,12 @@ fn path_modifier(p: pb::PathModifier) -> Result<PathModifier, InvalidProto> {
     use pb::path_modifier::Kind;
     match p.kind {
         Some(Kind::ReplaceFullPath(p)) => Ok(PathModifier::ReplaceFullPath {
-            replace_full_path: p,
+            replace_full_path: field("replace_full_path", p, |p| path(&p, RewritePath::parse))?,
         }),
         Some(Kind::ReplacePrefixMatch(p)) => Ok(PathModifier::ReplacePrefixMatch {
-            replace_prefix_match: p,
+            replace_prefix_match: field("replace_prefix_match", p, |p| {
+                path(&p, RewritePath::parse)
+            })?,
         }),
         None => Err(InvalidProto::new("kind", "no path modifier is set")),
     }

@@ -293,6 +293,32 @@ fn a_bad_regex_is_refused_naming_the_field() {
 }
 
 #[test]
+fn a_path_without_a_leading_slash_is_refused_naming_the_field() {
+    let mut s = snapshot();
+    s.services[0].routes[0].matches[0].path = Some(pb::PathMatch {
+        kind: Some(pb::path_match::Kind::Prefix("api".into())),
+    });
+    let err = Registry::try_from(s).expect_err("no leading slash");
+    assert_eq!(err.field, "services[0].routes[0].matches[0].path.prefix");
+    assert_eq!(err.reason, "invalid path \"api\": must start with `/`");
+
+    let mut s = snapshot();
+    s.gateway_routes.push(pb::Route {
+        filters: vec![pb::Filter {
+            kind: Some(pb::filter::Kind::UrlRewrite(pb::UrlRewrite {
+                path: Some(pb::PathModifier {
+                    kind: Some(pb::path_modifier::Kind::ReplacePrefixMatch("v2".into())),
+                }),
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    });
+    let err = Registry::try_from(s).expect_err("no leading slash");
+    assert!(err.field.ends_with("path.replace_prefix_match"), "{err}");
+}
+
+#[test]
 fn a_bad_header_name_is_refused_naming_the_field() {
     let mut s = snapshot();
     s.gateway_routes.push(pb::Route {

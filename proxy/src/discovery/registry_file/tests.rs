@@ -124,7 +124,9 @@ fn design_example_parses_with_every_field() {
     let route = &api.routes[0];
     assert_eq!(
         route.matches[0].path,
-        Some(PathMatch::PathPrefix("/api".into()))
+        Some(PathMatch::PathPrefix(crate::model::MatchPath(
+            "/api".into()
+        )))
     );
     let timeouts = route.timeouts.as_ref().expect("timeouts");
     assert_eq!(
@@ -162,7 +164,7 @@ fn design_example_parses_with_every_field() {
         panic!("first filter is a URLRewrite")
     };
     let prefix = PathModifier::ReplacePrefixMatch {
-        replace_prefix_match: "/".into(),
+        replace_prefix_match: crate::model::RewritePath("/".into()),
     };
     assert_eq!(url_rewrite.path.as_ref(), Some(&prefix));
     let Filter::RequestHeaderModifier {
@@ -219,6 +221,37 @@ fn bad_regex_is_reported_at_the_value() {
     );
     let expected = "registry.yaml:11:59: gateway.routes[0].matches[0].path.value: invalid regular expression \"/web(\": unclosed group";
     assert_eq!(problems(&text), [expected]);
+}
+
+#[test]
+fn route_paths_that_no_request_path_could_be_are_reported_at_the_value() {
+    for (value, reason) in [
+        ("web", "must start with `/`"),
+        ("/a//b", "must not contain `//`"),
+        ("/a/../b", "must not contain a `.` or `..` segment"),
+        ("/a/.", "must not contain a `.` or `..` segment"),
+        ("/a%2Fb", "must not contain an escaped slash `%2F`"),
+        ("/a%zz", "`%` at byte 2 does not start a `%XX` escape"),
+        ("/a b", "' ' is not a URI path character (escape it as %XX)"),
+        ("/a?q", "'?' is not a URI path character (escape it as %XX)"),
+    ] {
+        let text = base_with("value: /web", &format!("value: \"{value}\""));
+        let expected = format!(
+            "registry.yaml:11:52: gateway.routes[0].matches[0].path.value: invalid path {value:?}: {reason}"
+        );
+        assert_eq!(problems(&text), [expected], "{value}");
+    }
+    let rewrite = base_with(
+        "      backendRefs",
+        "      filters:\n        - type: URLRewrite\n          urlRewrite: { path: { type: ReplaceFullPath, replaceFullPath: v2 } }\n      backendRefs",
+    );
+    assert_eq!(
+        problems(&rewrite),
+        ["registry.yaml:14:73: gateway.routes[0].filters[0].urlRewrite.path.replaceFullPath: invalid path \"v2\": must start with `/`"]
+    );
+    // A rewrite may write what a match may not.
+    let doubled = rewrite.replace("replaceFullPath: v2", "replaceFullPath: /a//b");
+    assert_eq!(problems(&doubled), Vec::<String>::new());
 }
 
 #[test]
