@@ -170,6 +170,7 @@ impl App {
                 connect_timeout: config.connect_timeout,
                 idle_timeout: config.pool_idle_timeout,
                 max_idle: config.pool_max_idle_per_endpoint,
+                h2_max_header_list_size: config.h2.max_header_list_size,
             }),
             server: ServerConfig::from(&config),
             inbound_unknown: RouteMetrics::new(Direction::Inbound, "unknown", "default"),

@@ -144,10 +144,11 @@ async fn serve_conn(shared: Arc<Shared>, conn: ConnInfo, mut stream: TcpStream, 
             // new future starts with is one short run of bytes (see `front::start`).
             // The third field: the gateway's X-Forwarded-For value, made by the connection's
             // first request and shared by the rest.
-            let per_request = Arc::new((shared.clone(), conn, OnceLock::new()));
+            // The fourth: the connection's drain, for a protocol switch's splice to hold.
+            let per_request = Arc::new((shared.clone(), conn, OnceLock::new(), drain.clone()));
             let handler = move |parts, body| {
                 let ctx = per_request.clone();
-                async move { handle(&ctx.0, &ctx.1, &ctx.2, parts, body).await }
+                async move { handle(&ctx.0, &ctx.1, &ctx.2, &ctx.3, parts, body).await }
             };
             if detection == Detection::H2 {
                 // Boxed: an HTTP/2 connection is big; idle HTTP/1 keep-alives should not pay for it.
@@ -219,14 +220,20 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 /// One request, any direction: the path's stages, then errors become responses here.
 /// `forwarded_for` holds the connection's
 /// [`forwarded_for`](crate::http::headers::forwarded_for) value once the gateway made it.
+/// A request that asks to switch protocols carries a clone of `drain`: the splice that outlives
+/// its connection task holds it, so shutdown waits for an open tunnel (up to the grace period).
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,
     forwarded_for: &OnceLock<http::HeaderValue>,
-    parts: Box<http::request::Parts>,
+    drain: &Drain,
+    mut parts: Box<http::request::Parts>,
     body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {
     let start = Instant::now();
+    if parts.headers.contains_key(http::header::UPGRADE) {
+        parts.extensions.insert(drain.clone());
+    }
     let grpc = is_grpc(&parts.headers);
     let (metrics, result) = match conn.direction {
         Direction::Outbound => crate::outbound::request(shared, conn, parts, body).await,

@@ -210,11 +210,14 @@ async fn upgrade_and_forward(
             "upgrade on a connection that cannot switch protocols",
         ))?;
     let idle = parts.extensions.remove::<crate::idle::SpliceIdle>();
+    let drain = parts.extensions.remove::<crate::drain::Drain>();
     let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
+            // Shutdown waits for the tunnel to end, as for a request in flight.
+            let _drain = drain;
             match tokio::try_join!(downstream, upstream) {
                 Ok((d, u)) => {
                     let spliced = crate::idle::splice(TokioIo::new(d), TokioIo::new(u), idle);

@@ -250,6 +250,19 @@ async fn an_http1_client_reaches_an_app_protocol_h2c_service_over_h2() {
 }
 
 #[tokio::test]
+async fn a_large_response_head_from_an_h2c_upstream_is_accepted_as_from_an_http1_one() {
+    let backend = TestBackend::start("big-head").await;
+    let proxy = proxy_for(backend.addr).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    // 40 KiB: past hyper's 16 KiB default, within the 64 KiB every other path allows.
+    for (host, path) in [("web-h1.test", "/h1"), ("web-h2c.test", "/h2c")] {
+        let reply = http_client::get(gw, host, &format!("{path}/_/header/40960")).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+        assert_eq!(reply.header("x-big").map(str::len), Some(40960), "{path}");
+    }
+}
+
+#[tokio::test]
 async fn h2_response_trailers_pass_through_the_proxy_as_trailers() {
     require!(python_grpc);
     let server = GrpcServer::start("h2-trailers").await;

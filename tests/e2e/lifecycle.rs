@@ -214,3 +214,54 @@ async fn a_request_outliving_the_grace_period_does_not_keep_the_proxy_alive() {
         "the request outliving the grace period was cut: {cut:?}"
     );
 }
+
+#[tokio::test]
+async fn an_open_websocket_tunnel_holds_the_drain_until_it_closes() {
+    use tokio::io::BufReader;
+    use weir_tests::raw_http1::read_head;
+
+    let app = TestBackend::start("ws-echo").await;
+    let (mut proxy, gw) = proxy_to(app.addr, &[]).await;
+    let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+    io.get_mut()
+        .write_all(
+            b"GET /ws HTTP/1.1\r\nHost: gw.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        )
+        .await
+        .expect("write the handshake");
+    let (status, _) = weir_tests::wait::within(DEADLINE, "101 head", read_head(&mut io))
+        .await
+        .expect("response head");
+    assert_eq!(status, 101, "{}", proxy.log());
+    // The backend echoes the upgraded stream byte for byte.
+    async fn echo(io: &mut BufReader<TcpStream>, what: &[u8]) -> std::io::Result<Vec<u8>> {
+        io.get_mut().write_all(what).await?;
+        let mut back = vec![0u8; what.len()];
+        io.read_exact(&mut back).await?;
+        Ok(back)
+    }
+    assert_eq!(echo(&mut io, b"before").await.expect("echo"), b"before");
+
+    proxy.sigterm();
+    poll_until(DEADLINE, "new connections refused", || async {
+        new_connection_refused(gw).await.then_some(())
+    })
+    .await;
+    // Draining, yet the tunnel still carries bytes: it holds the proxy up.
+    let after = tokio::time::timeout(DEADLINE, echo(&mut io, b"after")).await;
+    assert!(
+        matches!(&after, Ok(Ok(b)) if b == b"after"),
+        "the tunnel was cut by the drain: {after:?}\n{}",
+        proxy.log()
+    );
+    assert!(proxy.try_exit().is_none(), "exited with a tunnel open");
+
+    drop(io);
+    let status = proxy.wait_exit(DEADLINE).await;
+    assert_eq!(status.code(), Some(0), "{}", proxy.log());
+    assert!(
+        !proxy.log().contains("grace period over"),
+        "the closed tunnel should end the drain, not the 30 s grace: {}",
+        proxy.log()
+    );
+}

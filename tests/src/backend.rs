@@ -4,6 +4,7 @@
 //! - anything else: JSON echo `{backend, method, uri, version, headers, body_bytes, body}`
 //!   (`body` only when under 64 KiB; header values of repeated names are joined with `, `)
 //! - `/_/status/<code>`: the echo, with that status
+//! - `/_/header/<n>`: an empty 200 with an `x-big` header of `n` bytes
 //! - `/_/delay/<ms>`: the echo, after that delay (for timeout tests; the backend sleeps, not the test)
 //! - `/_/stream`: consumes a body of any size without buffering it and answers
 //!   `{"bytes": n, "fnv1a64": "<16 hex digits>"}` (compute the expectation with [`Fnv1a64`])
@@ -244,6 +245,8 @@ async fn normal(
         Some((n.parse().ok()?, ms.parse().ok()?))
     }) {
         drip_body(n, Duration::from_millis(ms))
+    } else if let Some(n) = path.strip_prefix("/_/header/").and_then(|n| n.parse().ok()) {
+        big_header(n)
     } else if let Some(code) = path.strip_prefix("/_/status/").and_then(|c| c.parse().ok()) {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_REQUEST);
         echo(state, req, status).await
@@ -359,6 +362,14 @@ fn pattern_body(len: u64) -> Response<Body> {
     Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
         chunks,
     ))))
+}
+
+/// An empty `200` whose `x-big` header holds `len` bytes of `h`.
+fn big_header(len: usize) -> Response<Body> {
+    let mut resp = Response::new(full(Bytes::new()));
+    let value = http::HeaderValue::from_str(&"h".repeat(len)).expect("letters are a valid value");
+    resp.headers_mut().insert("x-big", value);
+    resp
 }
 
 fn truncated_body(len: u64) -> Response<Body> {

@@ -60,6 +60,9 @@ pub struct PoolConfig {
     /// Idle HTTP/1 connections kept per endpoint for the whole `idle_timeout`; the least
     /// recently used beyond them are closed after `SURPLUS_IDLE`.
     pub max_idle: usize,
+    /// Largest response header list an HTTP/2 upstream may send (SETTINGS_MAX_HEADER_LIST_SIZE):
+    /// the limit clients get, so a head that reaches an HTTP/1 upstream's client reaches this too.
+    pub h2_max_header_list_size: u32,
 }
 
 struct Idle {
@@ -290,6 +293,7 @@ impl EndpointPool {
             .initial_connection_window_size(1024 * 1024)
             .keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(20))
+            .max_header_list_size(self.config.h2_max_header_list_size)
             .handshake(io)
             .await
             .map_err(self.handshake_failed())?;

@@ -54,6 +54,7 @@ fn pool(addr: EndpointAddr, max_idle: usize) -> Arc<EndpointPool> {
         connect_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(30),
         max_idle,
+        h2_max_header_list_size: 64 * 1024,
     };
     Arc::new(EndpointPool::new(addr, Arc::new(config)))
 }
