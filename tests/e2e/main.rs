@@ -13,6 +13,7 @@ mod h1_to_h2;
 mod h2;
 mod h2_abuse;
 mod h2_downgrade;
+mod h2_upstream;
 mod idle;
 mod idle_memory;
 mod infra;

@@ -74,6 +74,8 @@ struct State {
     /// Requests left to misbehave with `fail`.
     fail_left: AtomicU64,
     fail: Mutex<Option<Fail>>,
+    /// Body bytes `/_/bytes/<n>` responses have handed to the server so far.
+    streamed: Arc<AtomicU64>,
 }
 
 impl TestBackend {
@@ -92,6 +94,7 @@ impl TestBackend {
             forced_status: AtomicU16::new(0),
             fail_left: AtomicU64::new(0),
             fail: Mutex::new(None),
+            streamed: Arc::default(),
         });
         let task = tokio::spawn(accept_loop(listener, state.clone()));
         TestBackend { addr, state, task }
@@ -105,6 +108,12 @@ impl TestBackend {
     /// Requests received so far (all paths, including upgrades).
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// Body bytes of `/_/bytes/<n>` responses produced so far: they stop growing once every
+    /// such download is held up by flow control.
+    pub fn bytes_streamed(&self) -> u64 {
+        self.state.streamed.load(Ordering::SeqCst)
     }
 
     /// TCP connections accepted so far (to check pooling and multiplexing).
@@ -229,7 +238,7 @@ async fn normal(
     } else if path == "/_/stream" {
         stream_count(req).await
     } else if let Some(n) = path.strip_prefix("/_/bytes/").and_then(|n| n.parse().ok()) {
-        pattern_body(n)
+        pattern_body(n, state.streamed.clone())
     } else if let Some(n) = path
         .strip_prefix("/_/truncate/")
         .and_then(|n| n.parse().ok())
@@ -351,11 +360,12 @@ async fn stream_count(req: Request<Incoming>) -> Response<Body> {
     resp
 }
 
-fn pattern_body(len: u64) -> Response<Body> {
+fn pattern_body(len: u64, streamed: Arc<AtomicU64>) -> Response<Body> {
     const CHUNK: u64 = 16 * 1024;
     let chunks = (0..len.div_ceil(CHUNK)).map(move |i| {
         let start = i * CHUNK;
         let end = (start + CHUNK).min(len);
+        streamed.fetch_add(end - start, Ordering::SeqCst);
         let data: Vec<u8> = (start..end).map(pattern_byte).collect();
         Ok::<_, BoxError>(Frame::data(Bytes::from(data)))
     });

@@ -50,6 +50,10 @@ pub const SLIM_AFTER: Duration = Duration::from_millis(500);
 /// Idle connections kept at most per endpoint, whatever `max_idle` says, until a sweep runs.
 const HARD_IDLE_LIMIT: usize = 1024;
 
+/// Flow-control windows of an upstream HTTP/2 connection (see `h2_sender`).
+const STREAM_WINDOW: u32 = 256 * 1024;
+const CONNECTION_WINDOW: u32 = 1 << 30;
+
 /// Upstream connection settings.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
@@ -289,8 +293,12 @@ impl EndpointPool {
         let io = self.connect().await?;
         let (tx, conn) = conn::http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
-            .initial_stream_window_size(256 * 1024)
-            .initial_connection_window_size(1024 * 1024)
+            // Every client's requests to this endpoint share this connection. A stream whose
+            // client stops reading keeps its window's worth unreleased, so a connection window
+            // of a few stream windows let a few stalled downloads stall everyone else's. 1 GiB,
+            // as Go's HTTP/2 transport has it: the stream window is what bounds each buffer.
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(20))
             .max_header_list_size(self.config.h2_max_header_list_size)

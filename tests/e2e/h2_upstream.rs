@@ -1,0 +1,78 @@
+//! The one multiplexed HTTP/2 connection the proxy keeps to an `appProtocol: h2c` endpoint is
+//! shared by every client: one client's stalled download must not stall the others.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+use weir_tests::registry::{gateway_prefixes, strip, PrefixRoute};
+use weir_tests::wait::within;
+use weir_tests::{http_client, poll_until, TestBackend, WeirProxy};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+async fn h2c_gateway(backend: &TestBackend) -> WeirProxy {
+    let eps = [backend.addr];
+    let routes = [PrefixRoute {
+        app_protocol: Some("h2c"),
+        ..strip("/h2c", "web-h2c", &eps)
+    }];
+    WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&routes))
+        .gateway(true)
+        .start()
+        .await
+}
+
+/// A client that asks for a large download and never reads it, with a tiny receive buffer so
+/// that the proxy soon has to stop reading the upstream stream.
+async fn stalled_download(gw: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut io = socket.connect(gw).await.expect("connect to the gateway");
+    io.write_all(b"GET /h2c/_/bytes/268435456 HTTP/1.1\r\nHost: web-h2c.test\r\n\r\n")
+        .await
+        .expect("write the request");
+    io
+}
+
+#[tokio::test]
+async fn clients_that_stop_reading_do_not_stall_the_shared_h2_upstream_connection() {
+    let backend = TestBackend::start("h2c-shared").await;
+    let proxy = h2c_gateway(&backend).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    // More stalled streams than a 1 MiB connection window has room for at 256 KiB each.
+    const STALLED: u64 = 8;
+    let mut stalled = Vec::new();
+    for _ in 0..STALLED {
+        stalled.push(stalled_download(gw).await);
+    }
+    poll_until(
+        DEADLINE,
+        "every stalled download at the backend",
+        || async { (backend.requests() >= STALLED).then_some(()) },
+    )
+    .await;
+    // Stalled: the backend has stopped producing their bytes (two polls alike). Before the fix
+    // they stopped with the connection window full, after it with each stream's window full.
+    let mut last = u64::MAX;
+    poll_until(Duration::from_secs(30), "the downloads to stall", || {
+        let (now, before) = (backend.bytes_streamed(), last);
+        last = now;
+        async move { (now == before && now >= STALLED * 256 * 1024).then_some(()) }
+    })
+    .await;
+    // Each download is 256 MiB: they are all still open, their streams full, while these run.
+    for i in 0..3 {
+        let reply = within(
+            DEADLINE,
+            "a request beside the stalled downloads",
+            http_client::get(gw, "web-h2c.test", "/h2c/echo"),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_eq!(reply.json()["version"], "HTTP/2.0", "request {i}");
+    }
+    drop(stalled);
+}
