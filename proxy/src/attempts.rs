@@ -7,8 +7,9 @@
 //! A response head goes back to the client only after it has been classified, so a retry is
 //! always decided before a byte of the response left the proxy: nothing is retried once a
 //! response streams. A request body is kept for a retry ([`ReplayBody`], up to 64 KiB) only on
-//! routes that may resend a sent request; everywhere else the body streams as it always did, and
-//! only what provably never reached an upstream (a refused connect) is tried again.
+//! routes that may resend a sent request, and for HTTP/2 upstreams, which may refuse a stream
+//! unprocessed after it left; everywhere else the body streams as it always did, and only what
+//! provably never reached an upstream (a refused connect) is tried again.
 //!
 //! [`Budget`]: crate::resilience::budget::Budget
 
@@ -60,7 +61,7 @@ pub async fn run(
     let budget = &svc.policy.budget;
     budget.deposit_at(start);
     let method = parts.method.clone();
-    let (source, first) = Source::choose(rule, &method, grpc, body);
+    let (source, first) = Source::choose(rule, &method, grpc, proto, body);
     // Only a route that may resend a sent request pays for a copy of the head.
     let template = source.resendable().then(|| HeadCopy::of(&parts));
     let (mut parts, mut body) = (parts, first);
@@ -261,11 +262,15 @@ enum Source {
 
 impl Source {
     /// The source for this request and the first attempt's body. A body is wrapped only when
-    /// the rule could resend a sent request and the body may fit the replay buffer.
+    /// a request that went out could be sent again and the body may fit the replay buffer: the
+    /// rule retries a lost request, or the upstream speaks HTTP/2, whose streams can be refused
+    /// unprocessed (REFUSED_STREAM, GOAWAY) after they left, which every rule but `attempts: 0`
+    /// retries.
     fn choose(
         rule: &RetryRule,
         method: &Method,
         grpc: bool,
+        proto: UpstreamProto,
         body: ProxyBody,
     ) -> (Source, ProxyBody) {
         let first = Attempt {
@@ -274,7 +279,10 @@ impl Source {
             retries_done: 0,
             response_started: false,
         };
-        if rule.classify(&first, &Outcome::Lost) == Retry::No {
+        let resends_lost = rule.classify(&first, &Outcome::Lost) == Retry::Yes;
+        let resends_refused =
+            proto == UpstreamProto::H2 && rule.classify(&first, &Outcome::NotSent) == Retry::Yes;
+        if !resends_lost && !resends_refused {
             return (Source::Once, body);
         }
         if body.is_end_stream() {

@@ -90,13 +90,36 @@ pub enum UpstreamError {
     H1(#[from] crate::http::h1::Error),
 }
 
+impl UpstreamError {
+    /// Whether the upstream said it never processed the request (RFC 9113 §8.7): it reset the
+    /// stream with REFUSED_STREAM, or its GOAWAY named a last stream below this one. A GOAWAY
+    /// error reaches only the streams above that id; the ones at or below it run on, and end
+    /// with an I/O error if the connection is cut.
+    pub fn was_refused(&self) -> bool {
+        let UpstreamError::Hyper(e) = self else {
+            return false;
+        };
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            if let Some(h2) = c.downcast_ref::<h2::Error>() {
+                return h2.is_remote()
+                    && (h2.is_go_away()
+                        || h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM));
+            }
+            cause = c.source();
+        }
+        false
+    }
+}
+
 impl ProxyError {
     /// Whether sending the request again (to any endpoint) cannot duplicate its effect.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            ProxyError::Connect { .. } | ProxyError::Handshake { .. }
-        )
+        match self {
+            ProxyError::Connect { .. } | ProxyError::Handshake { .. } => true,
+            ProxyError::Upstream { source, .. } => source.was_refused(),
+            _ => false,
+        }
     }
 
     /// The `weir-proxy-error` value and metric label.

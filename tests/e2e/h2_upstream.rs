@@ -1,19 +1,22 @@
 //! The one multiplexed HTTP/2 connection the proxy keeps to an `appProtocol: h2c` endpoint is
-//! shared by every client: one client's stalled download must not stall the others.
+//! shared by every client: one client's stalled download must not stall the others, and a
+//! connection the upstream is closing (GOAWAY) or a stream it refuses must not fail requests
+//! that it never processed.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
+use weir_tests::h2script::{Misstep, ScriptedH2};
 use weir_tests::registry::{gateway_prefixes, strip, PrefixRoute};
 use weir_tests::wait::within;
 use weir_tests::{http_client, poll_until, TestBackend, WeirProxy};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
-async fn h2c_gateway(backend: &TestBackend) -> WeirProxy {
-    let eps = [backend.addr];
+async fn h2c_gateway(upstream: SocketAddr) -> WeirProxy {
+    let eps = [upstream];
     let routes = [PrefixRoute {
         app_protocol: Some("h2c"),
         ..strip("/h2c", "web-h2c", &eps)
@@ -40,7 +43,7 @@ async fn stalled_download(gw: SocketAddr) -> TcpStream {
 #[tokio::test]
 async fn clients_that_stop_reading_do_not_stall_the_shared_h2_upstream_connection() {
     let backend = TestBackend::start("h2c-shared").await;
-    let proxy = h2c_gateway(&backend).await;
+    let proxy = h2c_gateway(backend.addr).await;
     let gw = proxy.gateway.expect("gateway listener");
     // More stalled streams than a 1 MiB connection window has room for at 256 KiB each.
     const STALLED: u64 = 8;
@@ -75,4 +78,83 @@ async fn clients_that_stop_reading_do_not_stall_the_shared_h2_upstream_connectio
         assert_eq!(reply.json()["version"], "HTTP/2.0", "request {i}");
     }
     drop(stalled);
+}
+
+async fn get(gw: SocketAddr, path: &str) -> weir_tests::Reply {
+    within(
+        DEADLINE,
+        "a request through the gateway",
+        http_client::get(gw, "web-h2c.test", path),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_request_after_the_upstream_sent_goaway_goes_out_on_a_fresh_connection() {
+    let upstream = ScriptedH2::start(Misstep::GoawayWhileStreamOpen).await;
+    let proxy = h2c_gateway(upstream.addr).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    // Its stream stays open, so the connection stays up after the GOAWAY.
+    let mut open = TcpStream::connect(gw)
+        .await
+        .expect("connect to the gateway");
+    open.write_all(b"GET /h2c/hold HTTP/1.1\r\nHost: web-h2c.test\r\n\r\n")
+        .await
+        .expect("write the request");
+    poll_until(
+        DEADLINE,
+        "the proxy to read the upstream's GOAWAY",
+        || async { upstream.goaway_read().then_some(()) },
+    )
+    .await;
+    for i in 0..3 {
+        let reply = get(gw, "/h2c/next").await;
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_eq!(reply.body, "conn 2", "request {i}");
+    }
+    assert_eq!(upstream.connections(), 2);
+    drop(open);
+}
+
+#[tokio::test]
+async fn a_stream_above_the_last_one_a_goaway_names_is_retried_on_a_fresh_connection() {
+    let upstream = ScriptedH2::start(Misstep::GoawayBelowStream).await;
+    let proxy = h2c_gateway(upstream.addr).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    assert_eq!(get(gw, "/h2c/first").await.body, "conn 1");
+    let reply = get(gw, "/h2c/second").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body, "conn 2");
+    assert_eq!(
+        upstream.requests(),
+        3,
+        "the refused stream went out once more"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_stream_is_retried_with_its_body_on_a_route_without_a_retry_policy() {
+    for method in ["GET", "POST"] {
+        let upstream = ScriptedH2::start(Misstep::RefuseFirstStream).await;
+        let proxy = h2c_gateway(upstream.addr).await;
+        let gw = proxy.gateway.expect("gateway listener");
+        let body = if method == "POST" {
+            "{\"hello\":1}"
+        } else {
+            ""
+        };
+        let req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{gw}/h2c/refused"))
+            .header("host", "web-h2c.test")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .expect("a request");
+        let reply = within(DEADLINE, "the refused request", http_client::send(gw, req)).await;
+        assert_eq!(reply.status, 200, "{method}: {}", reply.body);
+        assert_eq!(
+            reply.body, "conn 1",
+            "{method}: retried on the same connection"
+        );
+        assert_eq!(upstream.requests(), 2, "{method}");
+    }
 }

@@ -411,7 +411,7 @@ async fn read_all(
     }
 }
 
-async fn read_frame(
+pub(crate) async fn read_frame(
     io: &mut (impl AsyncReadExt + Unpin),
     buf: &mut BytesMut,
     end: Instant,

@@ -8,6 +8,7 @@ pub mod grpc;
 pub mod grpc_wire;
 pub mod h2_client;
 pub mod h2raw;
+pub mod h2script;
 pub mod http_client;
 pub mod metrics;
 pub mod netns;

@@ -90,9 +90,11 @@ pub enum Conn {
         /// Whether it carried requests before.
         reused: bool,
     },
-    /// The endpoint's multiplexed connection.
-    H2(conn::http2::SendRequest<ProxyBody>),
+    /// The endpoint's multiplexed connection, as the pool holds it.
+    H2(Arc<H2Sender>),
 }
+
+type H2Sender = conn::http2::SendRequest<ProxyBody>;
 
 /// Connections to one endpoint.
 pub struct EndpointPool {
@@ -100,7 +102,7 @@ pub struct EndpointPool {
     config: Arc<PoolConfig>,
     // Held for a push or a pop only, never across an await.
     idle: Mutex<Vec<Idle>>,
-    h2: ArcSwapOption<conn::http2::SendRequest<ProxyBody>>,
+    h2: ArcSwapOption<H2Sender>,
     h2_connecting: tokio::sync::Mutex<()>,
     last_used: std::sync::atomic::AtomicU64,
 }
@@ -192,11 +194,26 @@ impl EndpointPool {
                     Err(f) => Err(self.upstream_failed(f.error.into())),
                 }
             }
-            Conn::H2(mut tx) => {
-                let resp = tx
-                    .send_request(Request::from_parts(*parts, body))
-                    .await
-                    .map_err(|e| self.upstream_failed(e.into()))?;
+            Conn::H2(tx) => {
+                let req = Request::from_parts(*parts, body);
+                let resp = match H2Sender::clone(&tx).try_send_request(req).await {
+                    Ok(resp) => resp,
+                    // The connection had ended for new streams (the upstream's GOAWAY reached
+                    // it, or it closed) before this request went out: hyper hands it back, and
+                    // a fresh connection carries it. `is_closed` could not have told: it turns
+                    // true only when hyper's dispatch task next runs, which a request wakes.
+                    Err(mut e) => match e.take_message() {
+                        Some(req) => {
+                            self.h2.compare_and_swap(&tx, None::<Arc<H2Sender>>);
+                            let fresh = Box::pin(self.h2_sender()).await?;
+                            H2Sender::clone(&fresh)
+                                .send_request(req)
+                                .await
+                                .map_err(|e| self.upstream_failed(e.into()))?
+                        }
+                        None => return Err(self.upstream_failed(e.into_error().into())),
+                    },
+                };
                 Ok(resp.map(ProxyBody::Incoming))
             }
         }
@@ -273,15 +290,11 @@ impl EndpointPool {
             })
     }
 
-    fn live_h2(&self) -> Option<conn::http2::SendRequest<ProxyBody>> {
-        self.h2
-            .load()
-            .as_deref()
-            .filter(|tx| !tx.is_closed())
-            .cloned()
+    fn live_h2(&self) -> Option<Arc<H2Sender>> {
+        self.h2.load_full().filter(|tx| !tx.is_closed())
     }
 
-    async fn h2_sender(&self) -> Result<conn::http2::SendRequest<ProxyBody>, ProxyError> {
+    async fn h2_sender(&self) -> Result<Arc<H2Sender>, ProxyError> {
         if let Some(tx) = self.live_h2() {
             return Ok(tx);
         }
@@ -306,7 +319,8 @@ impl EndpointPool {
             .await
             .map_err(self.handshake_failed())?;
         drive(conn, "upstream h2 connection ended");
-        self.h2.store(Some(Arc::new(tx.clone())));
+        let tx = Arc::new(tx);
+        self.h2.store(Some(tx.clone()));
         Ok(tx)
     }
 
