@@ -437,6 +437,11 @@ async fn request_redirect_answers_with_its_location_and_forwards_nothing() {
         - type: RequestRedirect
           requestRedirect: { port: 8443 }
       backendRefs: [{ name: app }]
+    - name: secure
+      matches: [{ path: { type: Exact, value: /secure } }]
+      filters:
+        - type: RequestRedirect
+          requestRedirect: { scheme: https }
 ";
     let (_proxy, gw) = gateway_proxy(&registry(&[service("app", &[app.addr])], routes)).await;
 
@@ -457,6 +462,30 @@ async fn request_redirect_answers_with_its_location_and_forwards_nothing() {
         found.header("location"),
         Some("http://shop.example:8443/temp")
     );
+    let secure = get(gw, "shop.example:8080", "/secure").await;
+    assert_eq!(
+        secure.header("location"),
+        Some("https://shop.example/secure"),
+        "a new scheme brings its default port"
+    );
+    // HTTP/1.0 without Host: a relative Location would send the client back here over http.
+    let raw = weir_tests::http_client::raw_exchange(
+        gw,
+        b"GET /secure HTTP/1.0\r\n\r\n",
+        Duration::from_secs(10),
+    )
+    .await;
+    let text = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    assert_eq!(
+        weir_tests::http_client::raw_status(&raw),
+        Some(400),
+        "{text}"
+    );
+    assert!(
+        text.contains("weir-proxy-error: redirect-needs-host"),
+        "{text}"
+    );
+    assert!(!text.contains("location:"), "{text}");
     assert_eq!(app.requests(), 0, "a redirect is answered by the gateway");
 }
 

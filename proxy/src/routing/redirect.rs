@@ -10,14 +10,25 @@ use super::url_rewrite::modified_path;
 use crate::model::RequestRedirect;
 
 /// Builds the redirect response. The request's scheme is its URI's (origin-form means `http`); its
-/// host and port come from the URI authority, else the `Host` header.
+/// host and port come from the URI authority, else the `Host` header. A request with neither
+/// (HTTP/1.0, or HTTP/2 without `:authority`) gets 400 when the redirect changes the scheme or
+/// the port, which only an absolute Location can say.
 pub(super) fn respond(
     redirect: &RequestRedirect,
     matched_prefix: Option<&str>,
     parts: &request::Parts,
 ) -> Response<()> {
-    let location = location(redirect, matched_prefix, parts);
     let mut response = Response::new(());
+    let Some(location) = location(redirect, matched_prefix, parts) else {
+        // A relative Location keeps the request's scheme and port, so the client would come
+        // back to this same route for ever.
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        response.headers_mut().insert(
+            super::PROXY_ERROR,
+            HeaderValue::from_static("redirect-needs-host"),
+        );
+        return response;
+    };
     match HeaderValue::from_maybe_shared(Bytes::from(location)) {
         Ok(location) => {
             *response.status_mut() = StatusCode::from_u16(redirect.status_code)
@@ -43,7 +54,7 @@ fn location(
     redirect: &RequestRedirect,
     matched_prefix: Option<&str>,
     parts: &request::Parts,
-) -> String {
+) -> Option<String> {
     let uri = &parts.uri;
     let (req_host, req_port) = match uri.authority() {
         Some(a) => (Some(a.host()), a.port_u16()),
@@ -61,6 +72,9 @@ fn location(
         .as_deref()
         .unwrap_or_else(|| uri.scheme_str().unwrap_or("http"));
     let host = redirect.hostname.as_deref().or(req_host);
+    if host.is_none() && (redirect.scheme.is_some() || redirect.port.is_some()) {
+        return None;
+    }
     // Gateway API: a new scheme brings its well-known port; otherwise the request's port stays.
     let port = redirect.port.or(if redirect.scheme.is_some() {
         None
@@ -75,7 +89,7 @@ fn location(
     let path = path.as_deref().unwrap_or(uri.path());
 
     let mut out = String::with_capacity(scheme.len() + host.map_or(0, str::len) + path.len() + 16);
-    // Without any host, a relative Location is all we can honestly give.
+    // Without any host, a relative Location (same scheme and port) is all we can honestly give.
     if let Some(host) = host {
         out.push_str(scheme);
         out.push_str("://");
@@ -89,7 +103,7 @@ fn location(
         out.push('?');
         out.push_str(q);
     }
-    out
+    Some(out)
 }
 
 fn is_default_port(scheme: &str, port: u16) -> bool {
@@ -211,6 +225,28 @@ mod tests {
         assert_eq!(
             location_of(&redirect(None, None, None, 302), None, &parts),
             "/a"
+        );
+    }
+
+    #[test]
+    fn a_scheme_or_port_change_without_any_host_is_refused_rather_than_looping() {
+        let parts = request("GET", "/a", &[]);
+        for r in [
+            redirect(Some("https"), None, None, 301),
+            redirect(None, None, Some(8443), 302),
+        ] {
+            let response = respond(&r, None, &parts);
+            assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{r:?}");
+            assert_eq!(
+                response.headers()[crate::routing::PROXY_ERROR],
+                "redirect-needs-host"
+            );
+            assert!(response.headers().get(header::LOCATION).is_none());
+        }
+        let with_host = redirect(Some("https"), Some("new.example"), None, 301);
+        assert_eq!(
+            location_of(&with_host, None, &parts),
+            "https://new.example/a"
         );
     }
 
