@@ -20,7 +20,6 @@ use http_body::Body as _;
 use tokio::time::Instant;
 
 use crate::{
-    addr::EndpointAddr,
     app::Shared,
     balance::{EndpointState, InFlight},
     discovery::index::ServiceTarget,
@@ -66,7 +65,10 @@ pub async fn run(
     let template = source.resendable().then(|| HeadCopy::of(&parts));
     let (mut parts, mut body) = (parts, first);
     let mut retries_done = 0;
-    let mut last: Option<EndpointAddr> = None;
+    let mut ep = svc
+        .endpoints
+        .pick_other(None)
+        .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
     loop {
         // The first attempt begins when the request does (one clock read fewer per request),
         // except that a gRPC one tells the upstream what is left of its deadline as it leaves.
@@ -81,11 +83,6 @@ pub async fn run(
             let left = grpc::format_timeout(d.remaining(now));
             parts.headers.insert(grpc::GRPC_TIMEOUT, left);
         }
-        let ep = svc
-            .endpoints
-            .pick_other(last)
-            .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
-        last = Some(ep.addr());
         // Held out here so that an attempt its deadline cuts short still reaches the breaker.
         let mut flight = Some(ep.start());
         let tried = match attempt_deadline {
@@ -136,6 +133,11 @@ pub async fn run(
         let Some(next) = next else {
             return result;
         };
+        // Chosen before the answer is let go: with every endpoint ejected now (this attempt may
+        // have tripped the last breaker), the client gets that answer, not `no-endpoints`.
+        let Some(next_ep) = svc.endpoints.pick_other(Some(ep.addr())) else {
+            return result;
+        };
         // Nothing reached the upstream, and the failed endpoint is now marked down: no reason
         // to wait before the next one.
         let delay = if not_sent {
@@ -161,6 +163,7 @@ pub async fn run(
         }
         retries_done += 1;
         (parts, body) = next;
+        ep = next_ep;
     }
 }
 

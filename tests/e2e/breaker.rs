@@ -235,3 +235,28 @@ async fn an_open_route_breaker_fails_its_route_fast_and_leaves_other_routes_alon
     assert_eq!(other.status, StatusCode::OK, "{}", other.body);
     assert_eq!(app.requests(), seen + 1);
 }
+
+#[tokio::test]
+async fn a_retry_with_every_endpoint_ejected_answers_with_the_upstreams_own_response() {
+    let app = TestBackend::start("app").await;
+    app.force_status(Some(StatusCode::SERVICE_UNAVAILABLE));
+    let policy =
+        "{ circuitBreaker: { consecutiveFailures: 1, minEjection: 30s, minReadyEndpoints: 0 } }";
+    let routes = "    - name: all
+      retry: { attempts: 1, backoff: 1ms }
+      backendRefs: [{ name: app }]
+";
+    let proxy = proxy(policy, &[app.addr], routes).await;
+    // The 503 ejects the only endpoint, so the retry has nowhere to go.
+    let r = gw(&proxy, "/").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(
+        r.header("weir-proxy-error"),
+        None,
+        "the backend's answer: {}",
+        r.body
+    );
+    assert_eq!(r.header("x-backend"), Some("app"), "{}", r.body);
+    assert_eq!(app.requests(), 1);
+    assert_eq!(state_of(&proxy, app.addr).await, "ejected");
+}
