@@ -82,6 +82,9 @@ pub async fn to_endpoint(
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade.
 pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
     let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
+    // An upgrade goes out over HTTP/1.1 (`EndpointPool::send_upgrade`) whatever the service
+    // speaks, so it needs HTTP/1.1's target: origin-form with Host, not h2's absolute form.
+    let proto = if upgrade { UpstreamProto::Http1 } else { proto };
     strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
     set_target(parts, proto)?;
     Ok(upgrade)

@@ -173,3 +173,39 @@ async fn an_upgrade_answered_without_101_is_passed_through_as_a_normal_response(
     assert_eq!(after.status, 200);
     assert_eq!(after.json()["uri"], "/after");
 }
+
+#[tokio::test]
+async fn an_upgrade_to_an_h2c_service_goes_out_as_http1_with_its_host() {
+    let backend = TestBackend::start("ws-h2c").await;
+    let eps = [backend.addr];
+    let route = weir_tests::registry::PrefixRoute {
+        app_protocol: Some("h2c"),
+        ..strip("/ws", "ws", &eps)
+    };
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[route]))
+        .gateway(true)
+        .start()
+        .await;
+    let mut io = BufReader::new(
+        TcpStream::connect(proxy.gateway.expect("gateway listener"))
+            .await
+            .expect("connect to the gateway"),
+    );
+    io.get_mut()
+        .write_all(HANDSHAKE.as_bytes())
+        .await
+        .expect("write the handshake");
+    let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
+        .await
+        .expect("response head");
+    assert_eq!(status, 101, "{headers:?}");
+    let header = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("x-upgrade-host"), Some("ws.test"), "{headers:?}");
+    assert_eq!(header("x-upgrade-target"), Some("/chat"), "{headers:?}");
+}

@@ -14,7 +14,8 @@
 //! - `/_/slow-body/<ms>`: the head at once, its one-chunk body (`slow body\n`) after that delay
 //! - `/_/drip/<n>/<ms>`: the head at once, then `n` chunks of `drip\n`, one every `<ms>`
 //! - any HTTP/1 request with `Connection: upgrade` + `Upgrade: x`: `101` with `Upgrade: x`, then
-//!   every byte written on the upgraded stream is echoed back until the client closes.
+//!   every byte written on the upgraded stream is echoed back until the client closes; the 101
+//!   names the handshake's `Host` (`x-upgrade-host`) and request target (`x-upgrade-target`).
 //!
 //! Misbehaviour on demand, for any path: [`TestBackend::force_status`] (every request), and
 //! [`TestBackend::fail_next`] (the next `n` requests: a status, a delay, or a connection dropped
@@ -307,7 +308,7 @@ async fn echo(state: &State, req: Request<Incoming>, status: StatusCode) -> Resp
 
 fn upgrade(req: &mut Request<Incoming>) -> Response<Body> {
     let proto = req.headers().get(http::header::UPGRADE).cloned();
-    let on_upgrade = hyper::upgrade::on(req);
+    let on_upgrade = hyper::upgrade::on(&mut *req);
     tokio::spawn(async move {
         let Ok(upgraded) = on_upgrade.await else {
             return;
@@ -321,8 +322,17 @@ fn upgrade(req: &mut Request<Incoming>) -> Response<Body> {
         }
         let _ = io.shutdown().await;
     });
+    let host = req.headers().get(http::header::HOST).cloned();
+    let target = HeaderValue::from_str(&req.uri().to_string()).ok();
     let mut resp = Response::new(full(""));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    // What the handshake arrived as: a proxy must send it origin-form with its Host.
+    if let Some(host) = host {
+        resp.headers_mut().insert("x-upgrade-host", host);
+    }
+    if let Some(target) = target {
+        resp.headers_mut().insert("x-upgrade-target", target);
+    }
     if let Some(proto) = proto {
         resp.headers_mut().insert(http::header::UPGRADE, proto);
     }
