@@ -73,3 +73,67 @@ async fn idle_upstream_connections_close_after_the_pool_idle_timeout() {
     )
     .await;
 }
+
+/// An upstream whose first connection answers one GET, then reads the start of the next request
+/// and resets; every later connection answers 200 and closes. Returns how many POST request
+/// lines it saw.
+async fn resetting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    // A small window, so the proxy cannot hand a 64 KiB request to the kernel in one go.
+    socket.set_recv_buffer_size(2048).expect("SO_RCVBUF");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let listener = socket.listen(16).expect("listen");
+    let addr = listener.local_addr().expect("local_addr");
+    let posts = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = posts.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut io, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 1024];
+            if std::mem::take(&mut first) {
+                let n = io.read(&mut buf).await.unwrap_or(0);
+                if buf[..n].starts_with(b"POST") {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = io
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+                let n = io.read(&mut buf).await.unwrap_or(0);
+                if buf[..n].starts_with(b"POST") {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                let _ = io.set_zero_linger();
+                drop(io); // RST: the rest of the request is refused mid-body.
+                continue;
+            }
+            let n = io.read(&mut buf).await.unwrap_or(0);
+            if buf[..n].starts_with(b"POST") {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            let _ = io
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    (addr, posts)
+}
+
+#[tokio::test]
+async fn a_post_cut_off_mid_body_on_a_reused_connection_is_not_sent_again() {
+    let (upstream, posts) = resetting_upstream().await;
+    let (_proxy, gw) = proxy_to(upstream, &[]).await;
+    assert_eq!(get(gw, "gw.test", "/warm").await.status, StatusCode::OK);
+    let body = vec![b'x'; 64 * 1024];
+    let req = weir_tests::http_client::request(http::Method::POST, "gw.test", "/order", body);
+    let reply = weir_tests::http_client::send(gw, req).await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.body);
+    assert_eq!(
+        posts.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "part of the POST reached the upstream: it must not go again"
+    );
+}

@@ -219,7 +219,8 @@ pub async fn resend(
 }
 
 /// Writes the buffered request and reads the answer. On failure the request is offered for a
-/// replay if it never left (the write failed), or if nothing came back and it is `idempotent`:
+/// replay if not a byte of it left (the first write failed), or if nothing came back and it is
+/// `idempotent`:
 /// the upstream closed or reset the connection, as a pooled connection's peer may at any
 /// moment, and an idempotent request may safely go again even had it been acted on.
 async fn exchange(
@@ -228,9 +229,23 @@ async fn exchange(
     idempotent: bool,
     home: Arc<dyn Home>,
 ) -> Result<Response<ProxyBody>, Failed> {
-    let (read, unsent) = match conn.io.write_all(&conn.wbuf).await {
+    // Counted, not `write_all`: a request whose first bytes left may have been acted on (a
+    // server that reads a POST's head, starts work and resets), so only one that never left
+    // is resent whatever its method.
+    let mut written = 0;
+    let wrote = loop {
+        if written == conn.wbuf.len() {
+            break Ok(());
+        }
+        match conn.io.write(&conn.wbuf[written..]).await {
+            Ok(0) => break Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => written += n,
+            Err(e) => break Err(e),
+        }
+    };
+    let (read, unsent) = match wrote {
         Ok(()) => (read_head(&mut conn, head_request).await, false),
-        Err(e) => (Err(Error::Io(e)), true),
+        Err(e) => (Err(Error::Io(e)), written == 0),
     };
     match read {
         Ok(head) => Ok(respond(conn, head, true, home)),
