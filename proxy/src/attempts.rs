@@ -67,7 +67,7 @@ pub async fn run(
     let mut retries_done = 0;
     let mut ep = svc
         .endpoints
-        .pick_other(None)
+        .pick()
         .ok_or_else(|| ProxyError::NoEndpoints(svc.name.clone()))?;
     loop {
         // The first attempt begins when the request does (one clock read fewer per request),

@@ -4,9 +4,12 @@
 //! idle timeout.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_tests::backend::Fail;
 use weir_tests::http_client::get;
 use weir_tests::{poll_until, TestBackend};
@@ -77,9 +80,7 @@ async fn idle_upstream_connections_close_after_the_pool_idle_timeout() {
 /// An upstream whose first connection answers one GET, then reads the start of the next request
 /// and resets; every later connection answers 200 and closes. Returns how many POST request
 /// lines it saw.
-async fn resetting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicU64>) {
-    use std::sync::atomic::Ordering;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn resetting_upstream() -> (SocketAddr, Arc<AtomicU64>) {
     let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
     // A small window, so the proxy cannot hand a 64 KiB request to the kernel in one go.
     socket.set_recv_buffer_size(2048).expect("SO_RCVBUF");
@@ -88,31 +89,20 @@ async fn resetting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::
         .expect("bind");
     let listener = socket.listen(16).expect("listen");
     let addr = listener.local_addr().expect("local_addr");
-    let posts = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let posts = Arc::new(AtomicU64::new(0));
     let seen = posts.clone();
     tokio::spawn(async move {
         let mut first = true;
         while let Ok((mut io, _)) = listener.accept().await {
-            let mut buf = vec![0u8; 1024];
+            read_start(&mut io, &seen).await;
             if std::mem::take(&mut first) {
-                let n = io.read(&mut buf).await.unwrap_or(0);
-                if buf[..n].starts_with(b"POST") {
-                    seen.fetch_add(1, Ordering::SeqCst);
-                }
                 let _ = io
                     .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
                     .await;
-                let n = io.read(&mut buf).await.unwrap_or(0);
-                if buf[..n].starts_with(b"POST") {
-                    seen.fetch_add(1, Ordering::SeqCst);
-                }
+                read_start(&mut io, &seen).await;
                 let _ = io.set_zero_linger();
                 drop(io); // RST: the rest of the request is refused mid-body.
                 continue;
-            }
-            let n = io.read(&mut buf).await.unwrap_or(0);
-            if buf[..n].starts_with(b"POST") {
-                seen.fetch_add(1, Ordering::SeqCst);
             }
             let _ = io
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
@@ -120,6 +110,15 @@ async fn resetting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::
         }
     });
     (addr, posts)
+}
+
+/// Reads up to 1 KiB of a request, counting it on `posts` if it is a POST.
+async fn read_start(io: &mut tokio::net::TcpStream, posts: &AtomicU64) {
+    let mut buf = [0u8; 1024];
+    let n = io.read(&mut buf).await.unwrap_or(0);
+    if buf[..n].starts_with(b"POST") {
+        posts.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 #[tokio::test]
@@ -132,7 +131,7 @@ async fn a_post_cut_off_mid_body_on_a_reused_connection_is_not_sent_again() {
     let reply = weir_tests::http_client::send(gw, req).await;
     assert_eq!(reply.status, StatusCode::BAD_GATEWAY, "{}", reply.body);
     assert_eq!(
-        posts.load(std::sync::atomic::Ordering::SeqCst),
+        posts.load(Ordering::SeqCst),
         1,
         "part of the POST reached the upstream: it must not go again"
     );

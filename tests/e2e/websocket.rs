@@ -11,7 +11,7 @@ use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use weir_tests::raw_http1::{read_head, read_response};
-use weir_tests::registry::{gateway_prefixes, strip};
+use weir_tests::registry::{gateway_prefixes, strip, PrefixRoute};
 use weir_tests::wait::within;
 use weir_tests::{TestBackend, WeirProxy};
 
@@ -40,19 +40,22 @@ fn client_frame(opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
     f
 }
 
-async fn proxy_for(backend: &TestBackend) -> WeirProxy {
+/// A gateway with `/ws` (stripped) to `backend`, declared with `app_protocol`.
+async fn proxy_for(backend: &TestBackend, app_protocol: Option<&str>) -> WeirProxy {
     let eps = [backend.addr];
+    let route = PrefixRoute {
+        app_protocol,
+        ..strip("/ws", "ws", &eps)
+    };
     WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
+        .registry_yaml(gateway_prefixes(&[route]))
         .gateway(true)
         .start()
         .await
 }
 
-#[tokio::test]
-async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_until_close() {
-    let backend = TestBackend::start("ws-echo").await;
-    let proxy = proxy_for(&backend).await;
+/// A client connection to the gateway that has sent [`HANDSHAKE`].
+async fn send_handshake(proxy: &WeirProxy) -> BufReader<TcpStream> {
     let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
         .await
         .expect("connect to the gateway");
@@ -61,19 +64,31 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
         .write_all(HANDSHAKE.as_bytes())
         .await
         .expect("write the handshake");
+    io
+}
+
+/// The value of header `name` (lower case) in a head read by `read_head`.
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_until_close() {
+    let backend = TestBackend::start("ws-echo").await;
+    let proxy = proxy_for(&backend, None).await;
+    let mut io = send_handshake(&proxy).await;
     let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
         .await
         .expect("response head");
     assert_eq!(status, 101, "{headers:?}\n{}", proxy.log());
-    let header = |n: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.as_str())
-    };
-    assert_eq!(header("upgrade"), Some("websocket"));
+    assert_eq!(header(&headers, "upgrade"), Some("websocket"));
     assert_eq!(
-        header("connection").map(str::to_ascii_lowercase).as_deref(),
+        header(&headers, "connection")
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
         Some("upgrade")
     );
     assert!(
@@ -140,15 +155,8 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
 async fn an_upgrade_answered_without_101_is_passed_through_as_a_normal_response() {
     let backend = TestBackend::start("ws-refuse").await;
     backend.force_status(Some(StatusCode::FORBIDDEN));
-    let proxy = proxy_for(&backend).await;
-    let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
-        .await
-        .expect("connect to the gateway");
-    let mut io = BufReader::new(io);
-    io.get_mut()
-        .write_all(HANDSHAKE.as_bytes())
-        .await
-        .expect("write the handshake");
+    let proxy = proxy_for(&backend, None).await;
+    let mut io = send_handshake(&proxy).await;
     let refused = read_response(&mut io, "GET", DEADLINE)
         .await
         .expect("a complete response");
@@ -177,35 +185,13 @@ async fn an_upgrade_answered_without_101_is_passed_through_as_a_normal_response(
 #[tokio::test]
 async fn an_upgrade_to_an_h2c_service_goes_out_as_http1_with_its_host() {
     let backend = TestBackend::start("ws-h2c").await;
-    let eps = [backend.addr];
-    let route = weir_tests::registry::PrefixRoute {
-        app_protocol: Some("h2c"),
-        ..strip("/ws", "ws", &eps)
-    };
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[route]))
-        .gateway(true)
-        .start()
-        .await;
-    let mut io = BufReader::new(
-        TcpStream::connect(proxy.gateway.expect("gateway listener"))
-            .await
-            .expect("connect to the gateway"),
-    );
-    io.get_mut()
-        .write_all(HANDSHAKE.as_bytes())
-        .await
-        .expect("write the handshake");
+    let proxy = proxy_for(&backend, Some("h2c")).await;
+    let mut io = send_handshake(&proxy).await;
     let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
         .await
         .expect("response head");
     assert_eq!(status, 101, "{headers:?}");
-    let header = |n: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k == n)
-            .map(|(_, v)| v.as_str())
-    };
-    assert_eq!(header("x-upgrade-host"), Some("ws.test"), "{headers:?}");
-    assert_eq!(header("x-upgrade-target"), Some("/chat"), "{headers:?}");
+    let seen = |n| header(&headers, n);
+    assert_eq!(seen("x-upgrade-host"), Some("ws.test"), "{headers:?}");
+    assert_eq!(seen("x-upgrade-target"), Some("/chat"), "{headers:?}");
 }
