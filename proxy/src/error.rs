@@ -96,20 +96,41 @@ impl UpstreamError {
     /// error reaches only the streams above that id; the ones at or below it run on, and end
     /// with an I/O error if the connection is cut.
     pub fn was_refused(&self) -> bool {
-        let UpstreamError::Hyper(e) = self else {
-            return false;
-        };
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            if let Some(h2) = c.downcast_ref::<h2::Error>() {
-                return h2.is_remote()
-                    && (h2.is_go_away()
-                        || h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM));
-            }
-            cause = c.source();
-        }
-        false
+        self.h2_cause().is_some_and(|h2| {
+            h2.is_remote()
+                && (h2.is_go_away()
+                    || h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+        })
     }
+
+    /// Whether the request's own body failed, not the upstream: the client broke off its
+    /// upload or broke its framing. Ours says so; hyper's h2 client resets the stream itself
+    /// (a reset of our own, neither the peer's nor the h2 library's) when the body it sends
+    /// fails, and hyper's HTTP/1 client carries the body's error as a cause.
+    pub fn is_client_side(&self) -> bool {
+        match self {
+            UpstreamError::H1(e) => matches!(e, crate::http::h1::Error::RequestBody(_)),
+            UpstreamError::Hyper(e) => {
+                self.h2_cause()
+                    .is_some_and(|h2| h2.is_reset() && !h2.is_remote() && !h2.is_library())
+                    || causes(e).any(|c| c.is::<crate::http::body::BodyError>())
+            }
+        }
+    }
+
+    fn h2_cause(&self) -> Option<&h2::Error> {
+        let UpstreamError::Hyper(e) = self else {
+            return None;
+        };
+        causes(e).find_map(|c| c.downcast_ref::<h2::Error>())
+    }
+}
+
+/// The chain of errors beneath `e`.
+fn causes<'e>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(e.source(), |c| c.source())
 }
 
 impl ProxyError {
@@ -120,6 +141,22 @@ impl ProxyError {
             ProxyError::Upstream { source, .. } => source.was_refused(),
             _ => false,
         }
+    }
+
+    /// Whether the upstream is not to blame: the request was the problem (malformed, or its
+    /// body broke off), so breakers and the balancer count nothing.
+    pub fn is_client_side(&self) -> bool {
+        match self {
+            ProxyError::BadRequest(_) => true,
+            ProxyError::Upstream { source, .. } => source.is_client_side(),
+            _ => false,
+        }
+    }
+
+    /// Whether the client's connection cannot carry another request after this answer: the
+    /// request's framing is in doubt.
+    fn ends_the_connection(&self) -> bool {
+        self.is_client_side()
     }
 
     /// The `weir-proxy-error` value and metric label.
@@ -136,6 +173,7 @@ impl ProxyError {
             ProxyError::Shed(s) => s.name(),
             ProxyError::Loop => "loop",
             ProxyError::Connect { .. } => "connect-failed",
+            ProxyError::Upstream { source, .. } if source.is_client_side() => "request-body-failed",
             ProxyError::Upstream { .. } => "upstream-failed",
             ProxyError::Handshake { .. } => "handshake-failed",
             ProxyError::Timeout(kind) => kind.name(),
@@ -153,6 +191,9 @@ impl ProxyError {
             | ProxyError::RouteCircuitOpen
             | ProxyError::Shed(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::Upstream { source, .. } if source.is_client_side() => {
+                StatusCode::BAD_REQUEST
+            }
             ProxyError::Loop => StatusCode::LOOP_DETECTED,
             ProxyError::Connect { .. }
             | ProxyError::Upstream { .. }
@@ -163,7 +204,7 @@ impl ProxyError {
 
     fn grpc_status(&self) -> &'static str {
         match self {
-            ProxyError::BadRequest(_) => "13",
+            e if e.is_client_side() => "13",
             ProxyError::NoRoute | ProxyError::NoBackend => "12",
             ProxyError::Timeout(_) => "4",
             ProxyError::RateLimited(_) => "8",
@@ -202,7 +243,7 @@ pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
         resp.headers_mut()
             .insert(http::header::RETRY_AFTER, wait.header_value());
     }
-    if matches!(e, ProxyError::BadRequest(_)) {
+    if e.ends_the_connection() {
         resp.headers_mut()
             .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     }
@@ -270,6 +311,31 @@ mod tests {
         let r = rescue(&ProxyError::RouteCircuitOpen, true);
         assert_eq!(r.headers()["grpc-status"], "14");
         assert_eq!(r.headers()[ERROR_HEADER], "route-circuit-open");
+    }
+
+    #[test]
+    fn a_request_body_that_broke_off_is_the_clients_fault() {
+        let body = crate::http::body::BodyError::Length("shorter than its Content-Length");
+        let e = ProxyError::Upstream {
+            addr: EndpointAddr(([127, 0, 0, 1], 1).into()),
+            source: crate::http::h1::Error::RequestBody(Box::new(body)).into(),
+        };
+        assert!(e.is_client_side() && !e.is_retryable());
+        assert_eq!(crate::resilience::outcome::error_is_failure(&e), None);
+        let r = rescue(&e, false);
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[ERROR_HEADER], "request-body-failed");
+        assert_eq!(r.headers()[http::header::CONNECTION], "close");
+        assert_eq!(rescue(&e, true).headers()["grpc-status"], "13");
+        let reset = ProxyError::Upstream {
+            addr: EndpointAddr(([127, 0, 0, 1], 1).into()),
+            source: crate::http::h1::Error::Closed.into(),
+        };
+        assert!(!reset.is_client_side());
+        assert_eq!(
+            crate::resilience::outcome::error_is_failure(&reset),
+            Some(true)
+        );
     }
 
     #[test]

@@ -524,6 +524,28 @@ async fn smuggling_heads_after_a_good_request_on_a_keep_alive_connection_get_400
     }
 }
 
+/// A chunked body that breaks the chunk grammar once its request is on its way upstream is the
+/// client's fault: 400 `request-body-failed` and a clean close, not a 502 that blames the
+/// backend (which may or may not have seen the head by then).
+#[tokio::test]
+async fn a_chunked_body_that_breaks_off_its_grammar_midway_gets_400() {
+    let gw = gateway(&[]).await;
+    let (reply, end) = exchange(
+        gw.addr,
+        b"POST /_/stream HTTP/1.1\r\nHost: echo.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+          5\r\nhello\r\nzz\r\nhello\r\n0\r\n\r\n",
+    )
+    .await;
+    let text = show(&reply);
+    assert_eq!(raw_status(&reply), Some(400), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("weir-proxy-error: request-body-failed"),
+        "{text}"
+    );
+    assert_eq!(end, End::Eof, "{text}");
+}
+
 /// One bad client for the flood: connects, misbehaves in one of four ways, and waits for the
 /// proxy to close it; repeats until `stop` is set. Returns connections made and those the proxy
 /// left open.

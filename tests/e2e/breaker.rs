@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use weir_tests::http_client::{get, Reply};
 use weir_tests::metrics::sum;
@@ -259,4 +261,64 @@ async fn a_retry_with_every_endpoint_ejected_answers_with_the_upstreams_own_resp
     assert_eq!(r.header("x-backend"), Some("app"), "{}", r.body);
     assert_eq!(app.requests(), 1);
     assert_eq!(state_of(&proxy, app.addr).await, "ejected");
+}
+
+/// A client that breaks off its upload mid-body is not the upstream's failure: neither the
+/// endpoint's breaker nor the route's counts it, whether the service speaks HTTP/1.1 or h2c
+/// (where the proxy resets the upstream stream itself).
+#[tokio::test]
+async fn clients_that_abort_their_uploads_trip_no_breaker() {
+    for app_protocol in ["http", "h2c"] {
+        let app = TestBackend::start("app").await;
+        let y = format!(
+            "services:
+  - name: app
+    appProtocol: {app_protocol}
+    policy: {{ circuitBreaker: {{ consecutiveFailures: 2, minEjection: 30s, minReadyEndpoints: 0 }} }}
+    endpoints:
+      - address: \"{}\"
+gateway:
+  routes:
+    - name: all
+      circuitBreaker: {{ consecutiveFailures: 2, minEjection: 30s }}
+      backendRefs: [{{ name: app }}]
+",
+            app.addr
+        );
+        let proxy = WeirProxy::builder()
+            .gateway(true)
+            .registry_yaml(y)
+            .start()
+            .await;
+        let addr = proxy.gateway.expect("a gateway");
+        for n in 1..=3u64 {
+            let mut client = TcpStream::connect(addr).await.expect("connect");
+            client
+                .write_all(
+                    b"POST / HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 100000\r\n\r\n0123456789",
+                )
+                .await
+                .expect("write");
+            // (or to be refused: a breaker that counted the earlier aborts is open)
+            poll_until(DEADLINE, "the upload to reach the backend", || async {
+                (app.requests() >= n || answered(&proxy).await >= n).then_some(())
+            })
+            .await;
+            drop(client);
+            poll_until(DEADLINE, "the proxy to give the upload up", || async {
+                (answered(&proxy).await >= n).then_some(())
+            })
+            .await;
+        }
+        assert_eq!(state_of(&proxy, app.addr).await, "ready", "{app_protocol}");
+        let r = gw(&proxy, "/").await;
+        assert_eq!(r.status, StatusCode::OK, "{app_protocol}: {}", r.body);
+        assert_eq!(transitions(&proxy, "open").await, 0.0, "{app_protocol}");
+    }
+}
+
+/// Responses the proxy has finished, whatever their status.
+async fn answered(proxy: &WeirProxy) -> u64 {
+    let text = proxy.metrics_text().await;
+    sum(&text, "weir_responses_total", &[]).unwrap_or(0.0) as u64
 }

@@ -37,12 +37,13 @@ pub fn is_failure<B>(result: &Result<Response<B>, ProxyError>) -> Option<bool> {
 }
 
 /// `Some(true)` for an error of the upstream's making (a refused or failed connect, a reset, a
-/// failed handshake), `None` for one of the request's own.
+/// failed handshake), `None` for one of the request's own (a client that broke off its upload
+/// included).
 pub fn error_is_failure(e: &ProxyError) -> Option<bool> {
-    matches!(
+    (matches!(
         e,
         ProxyError::Connect { .. } | ProxyError::Upstream { .. } | ProxyError::Handshake { .. }
-    )
+    ) && !e.is_client_side())
     .then_some(true)
 }
 
