@@ -25,7 +25,7 @@ use http::{request::Parts, HeaderMap, Method, Response};
 use http_body::Body;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
+    net::{tcp::ReadHalf, TcpStream},
 };
 
 pub use body::ResponseBody;
@@ -261,13 +261,21 @@ async fn exchange(
 }
 
 /// Streams a body that is not whole in memory after the head. Returns whether all of it was
-/// sent: an upstream that answers early (a 413, a redirect) gets no more of it.
+/// sent: an upstream that answers early (a 413, a redirect) gets no more of it. Every write
+/// and every wait for the next frame also watches for that answer, so an upstream that answers
+/// and stops reading is heard even while a write of ours waits on it.
 async fn send_streaming(
     conn: &mut Conn,
     body: &mut ProxyBody,
     framing: Framing,
 ) -> Result<bool, Error> {
-    conn.io.write_all(&conn.wbuf).await?;
+    let (mut rd, mut wr) = conn.io.split();
+    let (rbuf, wbuf) = (&mut conn.rbuf, &mut conn.wbuf);
+    tokio::select! {
+        biased;
+        r = answered(&mut rd, rbuf) => return r.map(|()| false),
+        w = wr.write_all(wbuf) => w?,
+    }
     let mut writer = BodyWriter::new(match framing {
         Framing::Length(n) => Some(n),
         _ => None,
@@ -276,37 +284,46 @@ async fn send_streaming(
     loop {
         let frame = tokio::select! {
             biased;
+            r = answered(&mut rd, rbuf) => return r.map(|()| false),
             f = poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)) => f,
-            r = conn.io.readable() => {
-                r?;
-                match conn.io.try_read_buf(&mut conn.rbuf) {
-                    Ok(0) => return Err(Error::Closed),
-                    Ok(_) if decode::final_head_arrived(&mut conn.rbuf) => return Ok(false),
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                    Err(e) => return Err(Error::Io(e)),
-                }
-            }
         };
         let frame = match frame {
             None => break,
             Some(Err(e)) => return Err(Error::RequestBody(Box::new(e))),
             Some(Ok(f)) => f,
         };
-        match frame.into_data() {
-            Ok(data) => writer.data(&mut conn.io, &mut conn.wbuf, data).await,
+        let wrote = match frame.into_data() {
+            Ok(data) => tokio::select! {
+                biased;
+                r = answered(&mut rd, rbuf) => return r.map(|()| false),
+                w = writer.data(&mut wr, wbuf, data) => w,
+            },
             Err(f) => {
                 trailers = f.into_trailers().ok();
                 Ok(())
             }
-        }
-        .map_err(body_write_failed)?;
+        };
+        wrote.map_err(body_write_failed)?;
     }
-    writer
-        .finish(&mut conn.io, &mut conn.wbuf, trailers.as_ref())
-        .await
-        .map_err(body_write_failed)?;
+    tokio::select! {
+        biased;
+        r = answered(&mut rd, rbuf) => return r.map(|()| false),
+        w = writer.finish(&mut wr, wbuf, trailers.as_ref()) => w.map_err(body_write_failed)?,
+    }
     Ok(true)
+}
+
+/// Reads what the upstream sends while the request is still going out, until a final response
+/// head is in `rbuf` (interim 1xx heads are dropped). Cancel-safe: bytes read stay in `rbuf`.
+async fn answered(rd: &mut ReadHalf<'_>, rbuf: &mut BytesMut) -> Result<(), Error> {
+    loop {
+        match rd.read_buf(rbuf).await {
+            Ok(0) => return Err(Error::Closed),
+            Ok(_) if decode::final_head_arrived(rbuf) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(Error::Io(e)),
+        }
+    }
 }
 
 fn body_write_failed(e: WriteError) -> Error {

@@ -4,7 +4,7 @@
 
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
-use tokio::{io::AsyncWriteExt, net::TcpStream};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::encode;
 
@@ -57,9 +57,9 @@ impl BodyWriter {
     }
 
     /// Writes one data frame; `scratch` holds the chunk-size line.
-    pub async fn data(
+    pub async fn data<W: AsyncWrite + Unpin>(
         &mut self,
-        io: &mut TcpStream,
+        io: &mut W,
         scratch: &mut Vec<u8>,
         data: Bytes,
     ) -> Result<(), WriteError> {
@@ -83,9 +83,9 @@ impl BodyWriter {
 
     /// The body ended: checks its length, or writes the last chunk with `trailers` (the close
     /// ends a close-delimited body: nothing to write).
-    pub async fn finish(
+    pub async fn finish<W: AsyncWrite + Unpin>(
         self,
-        io: &mut TcpStream,
+        io: &mut W,
         scratch: &mut Vec<u8>,
         trailers: Option<&HeaderMap>,
     ) -> Result<(), WriteError> {
