@@ -51,6 +51,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// Idle downstream HTTP/1 keep-alive connections are closed after this.
     pub downstream_idle_timeout: Duration,
+    /// An opaque TCP relay in which no byte moved either way for this long is closed (zero: never).
+    pub tcp_idle_timeout: Duration,
     /// Upstream connect timeout.
     pub connect_timeout: Duration,
     /// Idle upstream keep-alive connections are closed after this.
@@ -128,6 +130,7 @@ impl Default for Config {
             header_read_timeout: Duration::from_secs(10),
             max_header_bytes: 64 * 1024,
             downstream_idle_timeout: Duration::from_secs(300),
+            tcp_idle_timeout: Duration::from_secs(3600),
             connect_timeout: Duration::from_secs(1),
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle_per_endpoint: 64,

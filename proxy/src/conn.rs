@@ -209,7 +209,8 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
     };
     match listen::connect(addr.0, shared.config.connect_timeout).await {
         Ok(up) => {
-            if let Err(e) = crate::tcp::relay(io, up, &metrics).await {
+            let idle = Some(shared.config.tcp_idle_timeout).filter(|d| !d.is_zero());
+            if let Err(e) = crate::tcp::relay(io, up, &metrics, idle).await {
                 tracing::debug!(error = %e, "tcp relay ended");
             }
         }

@@ -23,6 +23,8 @@ const PYTHON: &str = "/usr/bin/python3";
 /// `send HOST PORT N`: sends N pattern bytes, shuts its write side, prints all it reads to EOF.
 /// `banner HOST PORT`: sends nothing, prints `{"ms": .., "banner": ..}` once a line arrives
 /// (ms counted from the completed connect).
+/// `end HOST PORT`: sends 5 bytes, reads to the end, prints `{"ms": .., "end": "eof" | "reset"}`
+/// (ms counted from the send).
 const CLIENT: &str = r#"
 import json, socket, sys, time
 mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -37,6 +39,16 @@ if mode == "send":
             break
         out += b
     sys.stdout.buffer.write(out)
+elif mode == "end":
+    s.sendall(b"\x00ping")
+    t0 = time.monotonic()
+    try:
+        while s.recv(4096):
+            pass
+        end = "eof"
+    except ConnectionResetError:
+        end = "reset"
+    print(json.dumps({"ms": (time.monotonic() - t0) * 1000, "end": end}))
 else:
     t0 = time.monotonic()
     data = b""
@@ -297,4 +309,58 @@ async fn tls_to_a_virtual_ip_is_passed_through_to_the_endpoint_as_tcp() {
         0.0,
         "TLS is not parsed as HTTP: {text}"
     );
+}
+
+/// Reads a byte of each connection, then resets it (SO_LINGER 0) or, with `hold`, waits for the
+/// peer to close.
+async fn ending_server(listener: TcpListener, hold: bool) {
+    while let Ok((mut io, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut byte = [0u8; 1];
+            if io.read_exact(&mut byte).await.is_err() {
+                return;
+            }
+            if hold {
+                let mut sink = Vec::new();
+                let _ = io.read_to_end(&mut sink).await;
+            } else {
+                let _ = io.set_zero_linger();
+            }
+        });
+    }
+}
+
+/// A pod whose app connects (passthrough, opaque) to a server on the host end; returns what the
+/// `end` client printed: how the connection ended and when.
+async fn how_it_ends(hold: bool, proxy: weir_tests::proxy::WeirProxyBuilder) -> (f64, String) {
+    let ns = NetNs::create();
+    let listener = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind on the host end");
+    let server = listener.local_addr().expect("bound");
+    let _server = tokio::spawn(ending_server(listener, hold));
+    let pod = Sidecar::start(ns, proxy).await;
+    let port = server.port().to_string();
+    let out = client(&pod, &["end", &server.ip().to_string(), &port]).await;
+    let json: serde_json::Value = serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+    let ms = json["ms"].as_f64().expect("ms is a number");
+    (ms, json["end"].as_str().unwrap_or_default().to_owned())
+}
+
+#[tokio::test]
+async fn an_upstream_reset_reaches_the_client_as_a_reset_not_a_clean_end() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let (_, end) = how_it_ends(false, WeirProxy::builder()).await;
+    assert_eq!(end, "reset");
+}
+
+#[tokio::test]
+async fn a_tcp_relay_idle_for_its_timeout_is_closed() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let proxy = WeirProxy::builder().env("WEIR_PROXY_TCP_IDLE_TIMEOUT", "700ms");
+    let (ms, end) = how_it_ends(true, proxy).await;
+    assert_eq!(end, "eof", "an idle relay ends cleanly");
+    // Detection decides on the first byte; the clock starts with the relay.
+    assert!((600.0..3000.0).contains(&ms), "closed after {ms:.0} ms");
 }

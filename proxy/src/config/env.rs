@@ -118,6 +118,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "idle client keep-alive connections close after this (default 300s)",
     ),
     (
+        "WEIR_PROXY_TCP_IDLE_TIMEOUT",
+        "an opaque TCP connection with no byte either way for this long is closed; 0 never (default 1h)",
+    ),
+    (
         "WEIR_PROXY_CONNECT_TIMEOUT",
         "upstream connect timeout (default 1s)",
     ),
@@ -270,6 +274,7 @@ impl Config {
                 "WEIR_PROXY_DOWNSTREAM_IDLE_TIMEOUT",
                 d.downstream_idle_timeout,
             ),
+            tcp_idle_timeout: r.duration("WEIR_PROXY_TCP_IDLE_TIMEOUT", d.tcp_idle_timeout),
             connect_timeout: r.duration("WEIR_PROXY_CONNECT_TIMEOUT", d.connect_timeout),
             pool_idle_timeout: r.duration("WEIR_PROXY_POOL_IDLE_TIMEOUT", d.pool_idle_timeout),
             pool_max_idle_per_endpoint: r.number(

@@ -26,6 +26,12 @@ pub fn tune_accepted(stream: &TcpStream) {
 /// keep-alive probes so a silently dead peer is noticed.
 pub fn tune(stream: &TcpStream) {
     let _ = stream.set_nodelay(true);
+    keep_probing(stream);
+}
+
+/// TCP keep-alive probes after 60 s of silence, every 10 s, so a peer that vanished without a
+/// FIN or RST is noticed (the kernel gives up after its probe count, 9 by default).
+pub fn keep_probing(stream: &TcpStream) {
     let keepalive = TcpKeepalive::new()
         .with_time(Duration::from_secs(60))
         .with_interval(Duration::from_secs(10));
