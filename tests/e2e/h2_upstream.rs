@@ -158,3 +158,59 @@ async fn a_refused_stream_is_retried_with_its_body_on_a_route_without_a_retry_po
         assert_eq!(upstream.requests(), 2, "{method}");
     }
 }
+
+/// Requests queued behind one h2 connect to an endpoint that does not answer it share that
+/// attempt's failure: each answers within about one connect timeout, not one after another at
+/// k connect timeouts.
+#[tokio::test]
+async fn requests_queued_behind_a_failing_h2_connect_share_its_failure() {
+    const CONNECT_TIMEOUT: Duration = Duration::from_millis(400);
+    const REQUESTS: usize = 10;
+    // A listener that never accepts, with room for one connection in its queue: once that is
+    // taken, the kernel drops further SYNs and a connect hangs until its timeout.
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("address"))
+        .expect("bind");
+    let listener = socket.listen(0).expect("listen");
+    let addr = listener.local_addr().expect("bound");
+    let _filler = TcpStream::connect(addr)
+        .await
+        .expect("the queue's one connection");
+    let hangs = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
+    assert!(hangs.is_err(), "a connect to the full queue must hang");
+
+    let eps = [addr];
+    let routes = [PrefixRoute {
+        app_protocol: Some("h2c"),
+        ..strip("/h2c", "web-h2c", &eps)
+    }];
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&routes))
+        .gateway(true)
+        .env("WEIR_PROXY_CONNECT_TIMEOUT", "400ms")
+        .start()
+        .await;
+    let gw = proxy.gateway.expect("gateway listener");
+    let start = tokio::time::Instant::now();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..REQUESTS {
+        requests.spawn(async move {
+            let r = get(gw, "/h2c/").await;
+            (r.status, start.elapsed())
+        });
+    }
+    let mut slowest = Duration::ZERO;
+    while let Some(done) = requests.join_next().await {
+        let (status, took) = done.expect("request task");
+        assert_eq!(status, http::StatusCode::BAD_GATEWAY);
+        slowest = slowest.max(took);
+    }
+    // Serial connects took REQUESTS × 400 ms = 4 s at least; shared, one attempt and its
+    // retries' (at most three) bound every request.
+    assert!(
+        slowest < CONNECT_TIMEOUT * 6,
+        "the slowest of {REQUESTS} answered after {slowest:?}"
+    );
+    drop(listener);
+}

@@ -103,7 +103,9 @@ pub struct EndpointPool {
     // Held for a push or a pop only, never across an await.
     idle: Mutex<Vec<Idle>>,
     h2: ArcSwapOption<H2Sender>,
-    h2_connecting: tokio::sync::Mutex<()>,
+    /// Held by the one h2 connect under way; it keeps the last attempt's failure for the
+    /// requests that queued behind it.
+    h2_connecting: tokio::sync::Mutex<Option<FailedConnect>>,
     last_used: std::sync::atomic::AtomicU64,
 }
 
@@ -136,7 +138,7 @@ impl EndpointPool {
             config,
             idle: Mutex::new(Vec::new()),
             h2: ArcSwapOption::empty(),
-            h2_connecting: tokio::sync::Mutex::new(()),
+            h2_connecting: tokio::sync::Mutex::new(None),
             last_used: Default::default(),
         }
     }
@@ -298,11 +300,22 @@ impl EndpointPool {
         if let Some(tx) = self.live_h2() {
             return Ok(tx);
         }
-        // One connect at a time; the others wait and reuse it.
-        let _connecting = self.h2_connecting.lock().await;
+        // One connect at a time; the others wait and reuse it, or share its failure: each
+        // redoing it in turn made the k-th wait k connect timeouts.
+        let queued = Instant::now();
+        let mut last = self.h2_connecting.lock().await;
         if let Some(tx) = self.live_h2() {
             return Ok(tx);
         }
+        if let Some(failed) = last.as_ref().filter(|f| f.at >= queued) {
+            return Err(failed.error(self.addr));
+        }
+        let connected = self.connect_h2().await;
+        *last = connected.as_ref().err().map(FailedConnect::of);
+        connected
+    }
+
+    async fn connect_h2(&self) -> Result<Arc<H2Sender>, ProxyError> {
         let io = self.connect().await?;
         let (tx, conn) = conn::http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -347,6 +360,40 @@ impl EndpointPool {
 
     fn is_unused_since(&self, secs: u64) -> bool {
         self.last_used.load(std::sync::atomic::Ordering::Relaxed) < secs
+    }
+}
+
+/// An h2 connect that failed, kept for the requests that waited on it.
+#[derive(Debug)]
+struct FailedConnect {
+    at: Instant,
+    kind: std::io::ErrorKind,
+    why: String,
+}
+
+impl FailedConnect {
+    fn of(e: &ProxyError) -> Self {
+        let (kind, why) = match e {
+            ProxyError::Connect { source, .. } => (source.kind(), source.to_string()),
+            _ => (std::io::ErrorKind::Other, e.to_string()),
+        };
+        Self {
+            at: Instant::now(),
+            kind,
+            why,
+        }
+    }
+
+    /// The failure again, as a connect failure (retryable elsewhere, counted against the
+    /// endpoint like the original).
+    fn error(&self, addr: EndpointAddr) -> ProxyError {
+        ProxyError::Connect {
+            addr,
+            source: std::io::Error::new(
+                self.kind,
+                format!("{} (the attempt this request waited on)", self.why),
+            ),
+        }
     }
 }
 
