@@ -681,6 +681,29 @@ async fn hop_by_hop_headers_are_stripped_in_both_directions() {
 }
 
 #[tokio::test]
+async fn a_client_cannot_name_away_host_or_the_forwarded_headers() {
+    // RFC 9110 §7.6.1 has a proxy drop what `Connection` names; the proxy's own X-Forwarded-*
+    // (written before that step) and the message's Host are not the client's to drop.
+    let (_app, _proxy, gw) = hop_and_echo_gateway().await;
+    let mut req = request(Method::GET, "gw.test", "/echo", "");
+    req.headers_mut().insert(
+        "connection",
+        "x-forwarded-for, x-forwarded-proto, host, x-hop-req"
+            .parse()
+            .expect("value"),
+    );
+    req.headers_mut()
+        .insert("x-hop-req", "1".parse().expect("value"));
+    let reply = send(gw, req).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let headers = &reply.json()["headers"];
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1", "{headers}");
+    assert_eq!(headers["x-forwarded-proto"], "http", "{headers}");
+    assert_eq!(headers["host"], "gw.test", "{headers}");
+    assert!(headers.get("x-hop-req").is_none(), "{headers}");
+}
+
+#[tokio::test]
 async fn requests_and_responses_on_one_connection_carry_only_their_own_fields() {
     // The proxy lends header maps from one request to the next (and X-Forwarded-For's value is
     // made once per connection): nothing of one message may show in the next.

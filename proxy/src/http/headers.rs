@@ -22,6 +22,16 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
+/// Fields a client's `Connection` may not take away: the message's own routing and framing
+/// (Host, Content-Length), and what the proxy itself states about the client (X-Forwarded-*),
+/// which it has already written when the request reaches `strip_hop_by_hop`.
+fn never_named_away(name: &HeaderName) -> bool {
+    name == header::HOST
+        || name == header::CONTENT_LENGTH
+        || name.as_str() == "x-forwarded-for"
+        || name.as_str() == "x-forwarded-proto"
+}
+
 /// Removes hop-by-hop headers and those the `Connection` header names. With `keep_upgrade`,
 /// `Connection: upgrade` and `Upgrade` survive (a WebSocket handshake is forwarded as such).
 /// `TE: trailers` survives for HTTP/2 (gRPC requires it).
@@ -52,7 +62,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
     if connection_tokens().any(|n| names_others(n) && headers.contains_key(n)) {
         let named: Vec<HeaderName> = connection_tokens()
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
-            .filter(|n| !(keep_upgrade && n == header::UPGRADE))
+            .filter(|n| !((keep_upgrade && n == header::UPGRADE) || never_named_away(n)))
             .collect();
         for n in named {
             headers.remove(n);
