@@ -87,7 +87,7 @@ fn answer(
             "application/json",
             breakers::route_breakers(shared).to_string(),
         ),
-        (&Method::POST, "/shutdown") if peer.ip().is_loopback() => {
+        (&Method::POST, "/shutdown") if may_shut_down(peer) => {
             let _ = shutdown.send(true);
             text(StatusCode::OK, PLAIN, "shutting down\n")
         }
@@ -169,5 +169,37 @@ fn endpoint_state(e: &crate::balance::EndpointState) -> &'static str {
         Some(State::HalfOpen) => "probing",
         _ if e.down_for().is_some() => "down",
         _ => "ready",
+    }
+}
+
+/// Only a loopback client may start the drain; on a dual-stack listener (`[::]:4191`) an IPv4
+/// client arrives as `::ffff:127.0.0.1`, which is loopback too.
+fn may_shut_down(peer: SocketAddr) -> bool {
+    peer.ip().to_canonical().is_loopback()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::may_shut_down;
+
+    #[test]
+    fn loopback_in_any_spelling_may_shut_down_and_nothing_else() {
+        for ok in [
+            "127.0.0.1:1",
+            "127.9.9.9:1",
+            "[::1]:1",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(may_shut_down(ok.parse().expect("addr")), "{ok}");
+        }
+        for no in [
+            "10.0.0.1:1",
+            "[::ffff:10.0.0.1]:1",
+            "[fe80::1]:1",
+            "0.0.0.0:1",
+            "[::]:1",
+        ] {
+            assert!(!may_shut_down(no.parse().expect("addr")), "{no}");
+        }
     }
 }
