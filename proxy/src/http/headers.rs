@@ -28,8 +28,8 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 fn never_named_away(name: &HeaderName) -> bool {
     name == header::HOST
         || name == header::CONTENT_LENGTH
-        || name.as_str() == "x-forwarded-for"
-        || name.as_str() == "x-forwarded-proto"
+        || name == X_FORWARDED_FOR
+        || name == X_FORWARDED_PROTO
 }
 
 /// Removes hop-by-hop headers and those the `Connection` header names. With `keep_upgrade`,
