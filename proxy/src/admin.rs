@@ -22,8 +22,15 @@ pub async fn serve(
     shutdown: watch::Sender<bool>,
 ) {
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: back off a little rather than spin, as the proxy
+                // listeners do.
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                continue;
+            }
         };
         let (shared, metrics, shutdown) = (shared.clone(), metrics.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -52,6 +59,49 @@ fn text(
     r
 }
 
+/// The admin pages; each takes either reads (`GET`, and `HEAD`, which hyper answers without
+/// the body) or `POST`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Page {
+    Metrics,
+    Live,
+    Ready,
+    Config,
+    Endpoints,
+    Breakers,
+    Shutdown,
+}
+
+impl Page {
+    fn of(path: &str) -> Option<Page> {
+        Some(match path {
+            "/metrics" => Page::Metrics,
+            "/live" => Page::Live,
+            "/ready" => Page::Ready,
+            "/config" => Page::Config,
+            "/endpoints" => Page::Endpoints,
+            "/breakers" => Page::Breakers,
+            "/shutdown" => Page::Shutdown,
+            _ => return None,
+        })
+    }
+
+    /// The `Allow` header of a 405 on this page.
+    fn allow(self) -> &'static str {
+        match self {
+            Page::Shutdown => "POST",
+            _ => "GET, HEAD",
+        }
+    }
+
+    fn takes(self, method: &Method) -> bool {
+        match self {
+            Page::Shutdown => method == Method::POST,
+            _ => method == Method::GET || method == Method::HEAD,
+        }
+    }
+}
+
 fn answer(
     req: &Request<Incoming>,
     peer: SocketAddr,
@@ -60,49 +110,53 @@ fn answer(
     shutdown: &watch::Sender<bool>,
 ) -> Response<ProxyBody> {
     const PLAIN: &str = "text/plain; charset=utf-8";
-    match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => text(
+    let Some(page) = Page::of(req.uri().path()) else {
+        return text(StatusCode::NOT_FOUND, PLAIN, "not found\n");
+    };
+    if !page.takes(req.method()) {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            PLAIN,
+            "method not allowed\n",
+        );
+        r.headers_mut().insert(
+            header::ALLOW,
+            header::HeaderValue::from_static(page.allow()),
+        );
+        return r;
+    }
+    match page {
+        Page::Metrics => text(
             StatusCode::OK,
             "text/plain; version=0.0.4",
             metrics.render(),
         ),
-        (&Method::GET, "/live") => text(StatusCode::OK, PLAIN, "live\n"),
-        (&Method::GET, "/ready") => {
+        Page::Live => text(StatusCode::OK, PLAIN, "live\n"),
+        Page::Ready => {
             let (status, body) = readiness(shared);
             text(status, PLAIN, body)
         }
-        (&Method::GET, "/config") => {
+        Page::Config => {
             let snap = shared.snapshot();
             let control = shared.control().map(|c| c.status_json());
             let body = serde_json::json!({ "registry": &*snap.registry, "control": control });
             text(StatusCode::OK, "application/json", body.to_string())
         }
-        (&Method::GET, "/endpoints") => text(
+        Page::Endpoints => text(
             StatusCode::OK,
             "application/json",
             endpoints(shared).to_string(),
         ),
-        (&Method::GET, "/breakers") => text(
+        Page::Breakers => text(
             StatusCode::OK,
             "application/json",
             breakers::route_breakers(shared).to_string(),
         ),
-        (&Method::POST, "/shutdown") if may_shut_down(peer) => {
+        Page::Shutdown if may_shut_down(peer) => {
             let _ = shutdown.send(true);
             text(StatusCode::OK, PLAIN, "shutting down\n")
         }
-        (&Method::POST, "/shutdown") => {
-            text(StatusCode::FORBIDDEN, PLAIN, "loopback clients only\n")
-        }
-        (
-            _,
-            "/metrics" | "/live" | "/ready" | "/config" | "/endpoints" | "/breakers" | "/shutdown",
-        ) => text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            PLAIN,
-            "method not allowed\n",
-        ),
-        _ => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
+        Page::Shutdown => text(StatusCode::FORBIDDEN, PLAIN, "loopback clients only\n"),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use http::StatusCode;
-use weir_tests::http_client::{get, get_h2};
+use weir_tests::http_client::{get, get_h2, head_len, raw_exchange, raw_status};
 use weir_tests::metrics::{promtool_check, samples, sum};
 use weir_tests::{poll_until, require, TestBackend};
 
@@ -79,8 +79,30 @@ async fn health_config_and_method_checks_answer_on_the_admin_listener() {
         proxy.admin_post("/ready").await.status,
         StatusCode::METHOD_NOT_ALLOWED
     );
+    // Every 405 says which methods the path takes.
+    assert_eq!(wrong_method.header("allow"), Some("POST"));
+    let post_ready = proxy.admin_post("/ready").await;
+    assert_eq!(post_ready.header("allow"), Some("GET, HEAD"));
     assert_eq!(proxy.admin_get("/nope").await.status, StatusCode::NOT_FOUND);
     assert_eq!(proxy.admin_get("/").await.status, StatusCode::NOT_FOUND);
+
+    // HEAD answers as GET does, without the body (a load balancer's health check may use it).
+    let head = raw_exchange(
+        proxy.admin,
+        b"HEAD /live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(
+        raw_status(&head),
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    let at = head_len(&head).expect("a whole head");
+    assert_eq!(&head[at..], b"", "HEAD got a body");
+    let head_text = String::from_utf8_lossy(&head[..at]).to_ascii_lowercase();
+    assert!(head_text.contains("content-length: 5\r\n"), "{head_text}");
     // GET /shutdown did not shut anything down.
     assert_eq!(proxy.admin_get("/ready").await.status, StatusCode::OK);
 }
