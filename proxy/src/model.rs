@@ -81,7 +81,7 @@ pub struct Endpoint {
     /// Expected peer identity (SPIFFE id), checked once mTLS lands.
     #[serde(default)]
     pub identity: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "values::unique_keys")]
     pub labels: HashMap<String, String>,
     #[serde(default = "default_true")]
     pub ready: bool,

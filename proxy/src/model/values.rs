@@ -176,7 +176,9 @@ string_newtype!(
     |s| http::HeaderValue::from_str(s)
         .map(HeaderValue)
         .map_err(|e| e.to_string()),
-    |v| v.0.to_str().unwrap_or("")
+    // Values come from YAML or protobuf strings, so they are UTF-8; `to_str` would refuse the
+    // non-ASCII ones that `from_str` accepts (obs-text).
+    |v| String::from_utf8_lossy(v.0.as_bytes())
 );
 string_newtype!(
     Pattern,
@@ -273,9 +275,40 @@ impl fmt::Display for Dur {
     }
 }
 
+/// A string map whose keys must be unique: serde's `HashMap` keeps the last of two, which hides a
+/// typo'd copy-paste (`{ zone: a, zone: b }`).
+pub fn unique_keys<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::HashMap<String, String>, D::Error> {
+    struct V;
+    impl<'de> de::Visitor<'de> for V {
+        type Value = std::collections::HashMap<String, String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut out = std::collections::HashMap::new();
+            while let Some((k, v)) = m.next_entry::<String, String>()? {
+                if out.contains_key(&k) {
+                    return Err(de::Error::custom(format!("duplicate key {k:?}")));
+                }
+                out.insert(k, v);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(V)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_non_ascii_header_value_shows_as_written() {
+        let v: HeaderValue = serde_yaml::from_str("café ✓").expect("obs-text is a valid value");
+        assert_eq!(serde_json::to_string(&v).expect("serializes"), "\"café ✓\"");
+    }
 
     #[test]
     fn durations_parse_like_kubernetes() {

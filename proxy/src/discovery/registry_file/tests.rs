@@ -481,3 +481,47 @@ fn a_duration_too_long_for_any_clock_is_refused_at_its_place() {
     assert_eq!(p.line, 4, "{p}");
     assert!(p.message.contains("at most 876000h"), "{p}");
 }
+
+#[test]
+fn an_endpoint_nothing_can_connect_to_is_reported_at_its_address() {
+    for (bad, why) in [
+        ("127.0.0.1:0", "port 0"),
+        ("0.0.0.0:8080", "the unspecified address 0.0.0.0"),
+        ("\"[::]:8080\"", "the unspecified address ::"),
+    ] {
+        let text = base_with("address: 127.0.0.1:8080", &format!("address: {bad}"));
+        let expected = format!(
+            "registry.yaml:5:18: services[0].endpoints[0].address: an endpoint cannot be reached at {why}"
+        );
+        assert_eq!(problems(&text), [expected], "{bad}");
+    }
+}
+
+#[test]
+fn a_host_written_with_a_port_is_reported() {
+    let text = base_with(
+        "[Web.Example.COM]",
+        "[web.example.com, \"web.example.com:8080\"]",
+    );
+    let expected = "registry.yaml:7:30: services[1].hosts[1]: hosts match the Host header without its port; write \"web.example.com\"";
+    assert_eq!(problems(&text), [expected]);
+    // A bracketed IPv6 literal is a host, not a host and port.
+    assert_eq!(
+        problems(&base_with("[Web.Example.COM]", "[\"[fd00::1]\"]")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_label_written_twice_is_reported() {
+    let text = base_with(
+        "address: 127.0.0.1:8080",
+        "address: 127.0.0.1:8080\n        labels: { zone: a, zone: b }",
+    );
+    let got = problems(&text);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("registry.yaml:6:") && got[0].contains("duplicate key \"zone\""),
+        "{got:?}"
+    );
+}

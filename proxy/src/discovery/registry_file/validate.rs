@@ -12,6 +12,27 @@ use crate::{
     resilience::rate_limit::{check_overrides, RateKey},
 };
 
+/// Why nothing could connect to `addr`, if so: port 0, or the unspecified address (which
+/// Linux would quietly take as this host).
+fn unreachable(addr: SocketAddr) -> Option<String> {
+    if addr.port() == 0 {
+        Some("port 0".into())
+    } else if addr.ip().is_unspecified() {
+        Some(format!("the unspecified address {}", addr.ip()))
+    } else {
+        None
+    }
+}
+
+/// `host` without the `:port` it was written with, if it has one (a bracketed IPv6 literal
+/// alone has none).
+fn without_port(host: &str) -> Option<&str> {
+    let (name, port) = host.rsplit_once(':')?;
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    let is_port = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    (!bracketed && is_port && !name.is_empty()).then_some(name)
+}
+
 /// A semantic problem: where (a path into the document) and why.
 pub(super) struct Issue {
     pub path: Vec<Seg>,
@@ -57,6 +78,9 @@ pub(super) fn validate(registry: &mut Registry) -> Vec<Issue> {
             let path = at(&[Seg::Key("hosts"), Seg::Index(j)]);
             if host.is_empty() {
                 push(path, "a host must not be empty".into());
+            } else if let Some(bare) = without_port(host) {
+                let msg = format!("hosts match the Host header without its port; write {bare:?}");
+                push(path, msg);
             } else if let Some(first) = hosts.insert(host, i).filter(|&first| first != i) {
                 let owner = registry.services[first].qualified_name();
                 push(
@@ -66,6 +90,12 @@ pub(super) fn validate(registry: &mut Registry) -> Vec<Issue> {
             }
         }
         for (j, ep) in svc.endpoints.iter().enumerate() {
+            if let Some(why) = unreachable(ep.address) {
+                push(
+                    at(&[Seg::Key("endpoints"), Seg::Index(j), Seg::Key("address")]),
+                    format!("an endpoint cannot be reached at {why}"),
+                );
+            }
             if ep.weight == 0 {
                 let msg = "must be at least 1 (to drain an endpoint, set `ready: false`)";
                 push(
