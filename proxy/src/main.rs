@@ -24,7 +24,8 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&config.log).unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_new(&config.log)
+                .expect("Config::from_env refuses a filter that does not parse"),
         )
         .with_target(false)
         .init();

@@ -29,6 +29,7 @@ mod retries;
 mod shaping;
 mod shaping_faults;
 mod shaping_grpc;
+mod startup;
 mod tcp;
 mod timeouts;
 mod transparent;

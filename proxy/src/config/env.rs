@@ -9,6 +9,11 @@ use crate::model::parse_duration;
 pub trait EnvSource {
     /// The value of `key`, if set and non-empty.
     fn get(&self, key: &str) -> Option<String>;
+
+    /// The proxy's variables that are set but cannot be read (not UTF-8): errors, not unset.
+    fn unreadable(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The real process environment.
@@ -17,6 +22,14 @@ pub struct ProcessEnv;
 impl EnvSource for ProcessEnv {
     fn get(&self, key: &str) -> Option<String> {
         std::env::var(key).ok().filter(|v| !v.is_empty())
+    }
+
+    fn unreadable(&self) -> Vec<String> {
+        std::env::vars_os()
+            .filter(|(_, v)| v.to_str().is_none())
+            .filter_map(|(k, _)| k.into_string().ok())
+            .filter(|k| k.starts_with("WEIR_PROXY_"))
+            .collect()
     }
 }
 
@@ -257,7 +270,11 @@ impl Config {
                     Ok(n) => Ok(n),
                 }
             }),
-            log: env.get("WEIR_PROXY_LOG").unwrap_or(d.log),
+            log: r.parse("WEIR_PROXY_LOG", d.log, |v| {
+                tracing_subscriber::EnvFilter::try_new(v)
+                    .map(|_| v.to_owned())
+                    .map_err(|e| e.to_string())
+            }),
             shutdown_grace: r.duration("WEIR_PROXY_SHUTDOWN_GRACE", d.shutdown_grace),
             detect_timeout: r.duration("WEIR_PROXY_DETECT_TIMEOUT", d.detect_timeout),
             opaque_ports: r.parse("WEIR_PROXY_OPAQUE_PORTS", d.opaque_ports, |v| {
@@ -299,6 +316,9 @@ impl Config {
                     .into(),
             ),
             _ => {}
+        }
+        for key in env.unreadable() {
+            r.errors.push(format!("{key}: not valid UTF-8"));
         }
         if r.errors.is_empty() {
             Ok(config)
