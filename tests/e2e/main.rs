@@ -23,6 +23,7 @@ mod pool;
 mod rate_limit;
 mod rate_limit_overrides;
 mod registry;
+mod registry_coarse_clock;
 mod resilience;
 mod resilience_weirctl;
 mod retries;

@@ -321,14 +321,16 @@ async fn a_one_worker_proxy_watching_its_registry_stays_a_single_thread() {
         backend == "b"
     })
     .await;
-    // The start and the edit: both reads ran (on the worker thread), and the admin port served.
+    // The edit's read ran (on the worker thread), and the admin port served. (The watcher's
+    // first poll may or may not re-read the file loaded at start: it waits for a file written
+    // within 100 ms to settle, and the edit can replace it first.)
     let text = proxy.metrics_text().await;
     let reloads = metrics::sum(
         &text,
         "weir_registry_reloads_total",
         &[("result", "success")],
     );
-    assert!(reloads >= Some(2.0), "reloads: {reloads:?}");
+    assert!(reloads >= Some(1.0), "reloads: {reloads:?}");
     assert_eq!(
         proxy.threads(),
         1,

@@ -11,6 +11,15 @@
 //! takes and drops a reference on the socket's file in every system call (`fdget`/`fput`).
 //! A registry is a local file of kilobytes (a ConfigMap volume in a pod), read only when its
 //! `stat` changes; nginx, too, stats and reads files on its event loop.
+//!
+//! Two timing rules keep a poll from acting on a file mid-edit. A change is parsed only once
+//! it has settled: its mtime is at least [`SETTLE`] old, or the watcher has seen it unchanged
+//! that long (a clock that disagrees with the file's). A truncate-then-write save that pauses
+//! between writes would otherwise publish the part written so far when that part is valid
+//! YAML; an empty file waits [`EMPTY_SETTLE`], as editors truncate before they write. And a
+//! file whose mtime was within [`RACY`] of its read is read again next poll ("racy git"): a
+//! second edit of the same size in the same timestamp tick leaves every `stat` field as it
+//! was, and would be lost; the content hash keeps the re-reads from reloading anything.
 
 #[cfg(test)]
 mod tests;
@@ -20,7 +29,7 @@ use std::{
     hash::{DefaultHasher, Hasher},
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
@@ -32,6 +41,16 @@ use crate::model::Registry;
 
 /// How often the file is checked: edits apply well within a second.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(250);
+
+/// How long a changed file must stay unchanged before it is parsed.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// The same for an empty file, which is what a save looks like between truncate and write.
+pub const EMPTY_SETTLE: Duration = Duration::from_secs(1);
+
+/// A file read while its mtime was this recent is read again: the same `stat` could hide a
+/// later edit in the same timestamp tick (coarse on every filesystem, 1-2 s on some).
+pub const RACY: Duration = Duration::from_secs(1);
 
 const RELOADS: &str = "weir_registry_reloads_total";
 const LAST_SUCCESS: &str = "weir_registry_last_reload_success";
@@ -83,10 +102,15 @@ pub struct RegistryFile {
     /// Hash of the last content handed to the parser: a touch or a rewrite with the same bytes
     /// is not a reload. Cleared when the file goes away, so its return is reloaded.
     hash: Option<u64>,
+    /// See [`SETTLE`]; the tests shorten or lengthen it.
+    settle: Duration,
+    /// A change not yet settled, and when this watcher first saw it.
+    pending: Option<(Stamp, Instant)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Seen {
+    /// Nothing read yet, or a read too close to the file's mtime to trust its stamp: read next.
     Nothing,
     Missing,
     File(Stamp),
@@ -124,12 +148,39 @@ impl Stamp {
 impl RegistryFile {
     /// Nothing seen yet: the first poll reads the file.
     pub fn new(path: PathBuf) -> Self {
+        Self::with_settle(path, SETTLE)
+    }
+
+    /// As [`RegistryFile::new`], with a settle period other than [`SETTLE`].
+    fn with_settle(path: PathBuf, settle: Duration) -> Self {
         let origin = path.display().to_string();
         RegistryFile {
             path,
             origin,
             seen: Seen::Nothing,
             hash: None,
+            settle,
+            pending: None,
+        }
+    }
+
+    /// Whether a change has stayed put long enough to parse (see [`SETTLE`]); remembers it if
+    /// not, so the watcher's own clock can settle it when the file's mtime is off.
+    fn settled(&mut self, stamp: Stamp) -> bool {
+        let need = if stamp.len == 0 {
+            self.settle.max(EMPTY_SETTLE)
+        } else {
+            self.settle
+        };
+        if age(stamp) >= need {
+            return true;
+        }
+        match self.pending {
+            Some((pending, since)) if pending == stamp => since.elapsed() >= need,
+            _ => {
+                self.pending = Some((stamp, Instant::now()));
+                false
+            }
         }
     }
 
@@ -155,7 +206,7 @@ impl RegistryFile {
                 }));
             }
         };
-        if self.seen == Seen::File(stamp) {
+        if self.seen == Seen::File(stamp) || !self.settled(stamp) {
             return None;
         }
         let read = std::fs::read(&self.path);
@@ -164,10 +215,17 @@ impl RegistryFile {
             Ok(meta) if Stamp::of(&meta) == stamp => {}
             _ => return None,
         }
-        self.seen = Seen::File(stamp);
+        self.pending = None;
+        self.seen = if age(stamp) < RACY {
+            Seen::Nothing
+        } else {
+            Seen::File(stamp)
+        };
         let bytes = match read {
             Ok(bytes) => bytes,
             Err(source) => {
+                // Reported once, not at every racy re-read.
+                self.seen = Seen::File(stamp);
                 self.hash = None;
                 return Some(Err(RegistryError::Read {
                     path: self.origin.clone(),
@@ -192,6 +250,14 @@ impl RegistryFile {
             }
         })
     }
+}
+
+/// How long ago the file was modified by its mtime; zero when unknown or in the future.
+fn age(stamp: Stamp) -> Duration {
+    stamp
+        .modified
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Publishes a good registry or reports a bad one; either way records the outcome in metrics.

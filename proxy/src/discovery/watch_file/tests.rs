@@ -1,6 +1,11 @@
 //! The watcher against real files in a temp directory: edits, bad edits, renames, symlink swaps.
 
-use std::{fs, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    fs,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use tokio::sync::watch;
 
@@ -56,7 +61,7 @@ fn poll_reports_each_edit_once_and_ignores_rewrites_of_the_same_bytes() {
     let dir = TempDir::new("edits");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
-    let mut file = RegistryFile::new(path.clone());
+    let mut file = RegistryFile::with_settle(path.clone(), Duration::ZERO);
 
     let first = file.poll().expect("first poll reads").expect("valid");
     assert_eq!(names(&first), ["a"]);
@@ -89,7 +94,7 @@ fn poll_reports_a_missing_file_once_and_reloads_it_when_it_returns() {
     let dir = TempDir::new("missing");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
-    let mut file = RegistryFile::new(path.clone());
+    let mut file = RegistryFile::with_settle(path.clone(), Duration::ZERO);
     assert!(file.poll().expect("read").is_ok());
 
     fs::remove_file(&path).expect("remove");
@@ -105,6 +110,81 @@ fn poll_reports_a_missing_file_once_and_reloads_it_when_it_returns() {
     assert!(
         file.poll().expect("return seen").is_ok(),
         "same bytes as before, still reloaded"
+    );
+}
+
+/// Polls every 10 ms until the file yields an outcome, for at most `within`.
+fn next_outcome(file: &mut RegistryFile, within: Duration) -> Result<Registry, RegistryError> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(outcome) = file.poll() {
+            return outcome;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no outcome within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_save_that_pauses_between_writes_is_parsed_only_once_it_settles() {
+    use std::io::Write;
+    let dir = TempDir::new("settle");
+    let path = dir.0.join("registry.yaml");
+    fs::write(&path, one_service("a")).expect("write");
+    let old = SystemTime::now() - Duration::from_secs(60);
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(old))
+        .expect("age the file");
+    // A settle period long enough that a slow machine cannot outwait it between two lines.
+    let mut file = RegistryFile::with_settle(path.clone(), Duration::from_secs(2));
+    assert_eq!(
+        names(
+            &file
+                .poll()
+                .expect("an old file is read at once")
+                .expect("valid")
+        ),
+        ["a"]
+    );
+
+    // Truncate, write a part that is a valid registry by itself, pause, write the rest.
+    let mut save = fs::File::create(&path).expect("truncate");
+    save.write_all(one_service("b").as_bytes())
+        .expect("first part");
+    assert!(
+        file.poll().is_none(),
+        "the first part of a save is not parsed"
+    );
+    save.write_all(b"  - name: c\n").expect("the rest");
+    drop(save);
+    assert!(file.poll().is_none(), "a fresh change waits to settle");
+    let whole = next_outcome(&mut file, Duration::from_secs(10)).expect("valid");
+    assert_eq!(names(&whole), ["b", "c"]);
+}
+
+#[test]
+fn an_empty_file_mid_save_is_no_error_unless_it_stays_empty() {
+    let dir = TempDir::new("empty");
+    let path = dir.0.join("registry.yaml");
+    fs::write(&path, one_service("a")).expect("write");
+    let mut file = RegistryFile::with_settle(path.clone(), Duration::ZERO);
+    assert!(file.poll().expect("read").is_ok());
+
+    fs::File::create(&path).expect("truncate");
+    assert!(file.poll().is_none(), "an empty file waits for its writer");
+    fs::write(&path, one_service("b")).expect("write");
+    assert_eq!(names(&file.poll().expect("read").expect("valid")), ["b"]);
+
+    fs::File::create(&path).expect("truncate for good");
+    let empty = next_outcome(&mut file, Duration::from_secs(10)).expect_err("empty");
+    assert!(
+        empty.to_string().contains("the registry is empty"),
+        "{empty}"
     );
 }
 
