@@ -20,6 +20,10 @@ pub enum ProxyError {
     /// The request is malformed or its framing is ambiguous; never forwarded.
     #[error("malformed request: {0}")]
     BadRequest(&'static str),
+    /// A request body the proxy reads whole before forwarding sent nothing for the header-read
+    /// timeout (nginx's `client_body_timeout`); never forwarded.
+    #[error("the request body stalled")]
+    BodyTimeout,
     /// No gateway route matches the request.
     #[error("no route matches the request")]
     NoRoute,
@@ -147,7 +151,7 @@ impl ProxyError {
     /// body broke off), so breakers and the balancer count nothing.
     pub fn is_client_side(&self) -> bool {
         match self {
-            ProxyError::BadRequest(_) => true,
+            ProxyError::BadRequest(_) | ProxyError::BodyTimeout => true,
             ProxyError::Upstream { source, .. } => source.is_client_side(),
             _ => false,
         }
@@ -163,6 +167,7 @@ impl ProxyError {
     pub fn name(&self) -> &'static str {
         match self {
             ProxyError::BadRequest(_) => "bad-request",
+            ProxyError::BodyTimeout => "request-body-timeout",
             ProxyError::NoRoute => "no-route",
             ProxyError::NoBackend => "no-backend",
             ProxyError::UnknownService(_) => "unknown-service",
@@ -183,6 +188,7 @@ impl ProxyError {
     fn status(&self) -> StatusCode {
         match self {
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoBackend => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UnknownService(_)

@@ -119,7 +119,7 @@ fn describe() {
     describe_counter!(DETECTIONS, "Protocol detection outcomes, by protocol.");
     describe_counter!(
         crate::http::head_guard::REJECTED_HEADS,
-        "HTTP/1 request heads refused before hyper saw them (ambiguous framing, bad bytes), by reason."
+        "HTTP/1 requests refused before they were forwarded (ambiguous framing, bad bytes, a small body that stalled), by reason."
     );
     metrics::describe_gauge!(
         PARKED,

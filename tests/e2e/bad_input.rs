@@ -467,6 +467,59 @@ async fn a_slowloris_client_is_cut_off_after_the_header_read_timeout() {
 }
 
 #[tokio::test]
+async fn a_slow_small_upload_is_served_and_a_stalled_one_gets_408() {
+    let gw = gateway(&[("WEIR_PROXY_HEADER_READ_TIMEOUT", "1s")]).await;
+    let head = b"POST /upload HTTP/1.1\r\nHost: echo.test\r\nContent-Length: 60000\r\n\r\n";
+
+    // 60 000 bytes (the fast path's size) in six writes 400 ms apart: 2.4 s in all, never a
+    // second without a byte.
+    let io = TcpStream::connect(gw.addr).await.expect("connect");
+    io.set_nodelay(true).expect("nodelay");
+    let mut io = BufReader::new(io);
+    io.get_mut().write_all(head).await.expect("head");
+    let mut tick = tokio::time::interval(Duration::from_millis(400));
+    tick.tick().await;
+    for _ in 0..6 {
+        tick.tick().await;
+        io.get_mut()
+            .write_all(&[b'x'; 10_000])
+            .await
+            .expect("a part of the body");
+    }
+    let r = raw_http1::read_response(&mut io, "POST", DEADLINE)
+        .await
+        .expect("the slow upload is answered");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["body_bytes"], 60_000);
+
+    // The head and 100 bytes of the body, then nothing: the proxy says why it gives up.
+    let started = Instant::now();
+    let mut io = BufReader::new(TcpStream::connect(gw.addr).await.expect("connect"));
+    io.get_mut().write_all(head).await.expect("head");
+    io.get_mut().write_all(&[b'x'; 100]).await.expect("a start");
+    let r = raw_http1::read_response(&mut io, "POST", DEADLINE)
+        .await
+        .expect("a stalled upload gets an answer, not a silent close");
+    let elapsed = started.elapsed();
+    assert_eq!(r.status, 408, "{:?}", r.headers);
+    assert_eq!(r.header("weir-proxy-error"), Some("request-body-timeout"));
+    assert_eq!(r.header("connection"), Some("close"));
+    assert!(
+        elapsed >= Duration::from_millis(950),
+        "408 after {elapsed:?}"
+    );
+    let mut rest = Vec::new();
+    let read = within(
+        CLOSE_DEADLINE,
+        "the close after the 408",
+        io.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");
+    assert_eq!(gw.backend.requests(), 1, "only the whole upload went on");
+}
+
+#[tokio::test]
 async fn a_malformed_request_after_a_good_one_on_a_keep_alive_connection_gets_400_and_a_close() {
     let gw = gateway(&[]).await;
     let mut io = TcpStream::connect(gw.addr).await.expect("connect");

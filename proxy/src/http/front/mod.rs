@@ -38,6 +38,7 @@ use super::{
 };
 use crate::{
     drain::{Drain, Shutdown},
+    error::{self, ProxyError},
     transport::prefixed::Prefixed,
 };
 use request::Plan;
@@ -56,6 +57,8 @@ const INLINE_BODY: usize = 16 * 1024;
 #[allow(clippy::large_enum_variant)]
 enum Next {
     Request(Plan, Box<Parts>, ProxyBody),
+    /// The proxy's own answer to a request it will not forward; the connection closes after it.
+    Refuse(Plan, Method, ProxyError),
     /// Not for the fast path: hyper takes over.
     Hyper,
     /// The client left, stayed idle, was too slow, or the proxy is draining.
@@ -103,6 +106,13 @@ where
     loop {
         let (plan, parts, body) = match c.next(cfg).await {
             Next::Request(plan, parts, body) => (plan, parts, body),
+            Next::Refuse(plan, method, e) => {
+                let _ = c
+                    .respond(error::rescue(&e, false), &method, plan, true)
+                    .await;
+                let _ = c.io.shutdown().await;
+                return;
+            }
             Next::Hyper => break,
             Next::Close => return,
         };
@@ -185,7 +195,7 @@ impl Front {
             } else {
                 let window = self.rbuf.len().min(cfg.max_header_bytes);
                 match scan.feed(&self.rbuf[..window]) {
-                    Ok(Some(end)) => return self.take(end, cfg, deadline).await,
+                    Ok(Some(end)) => return self.take(end, cfg).await,
                     Ok(None) if self.rbuf.len() < cfg.max_header_bytes => {}
                     // Too large or malformed: the guard answers it (431 or 400).
                     Ok(None) | Err(_) => return Next::Hyper,
@@ -199,12 +209,7 @@ impl Front {
     }
 
     /// The head is `rbuf[..end]`: the request, once its body is in, or hyper's turn.
-    async fn take(
-        &mut self,
-        end: usize,
-        cfg: &ServerConfig,
-        mut deadline: Option<Pin<Box<Sleep>>>,
-    ) -> Next {
+    async fn take(&mut self, end: usize, cfg: &ServerConfig) -> Next {
         let head = self.rbuf.split_to(end).freeze();
         let Some((plan, parts)) = names::of_requests(|names| request::read(&head, names)) else {
             // Put the head back in front of what follows it, for the guard to read.
@@ -217,9 +222,18 @@ impl Front {
         drop(head);
         // plan.body <= MAX_WHOLE_BODY, a usize.
         let want = plan.body as usize;
+        // The body's deadline is its own, as nginx's `client_body_timeout`: each read within
+        // the header-read timeout of the last, however long the whole takes (a slow 60 kB
+        // upload was cut off when its head and body together took longer).
         while self.rbuf.len() < want {
-            if !self.read_by(&mut deadline, cfg.header_read_timeout).await {
-                return Next::Close;
+            let mut idle = None;
+            match self.readable_by(&mut idle, cfg.header_read_timeout).await {
+                Some(true) if self.read().await => {}
+                Some(_) => return Next::Close,
+                None => {
+                    head_guard::record(Reject::BodyTimeout);
+                    return Next::Refuse(plan, parts.method.clone(), ProxyError::BodyTimeout);
+                }
             }
         }
         let body = if want > 0 {
@@ -230,22 +244,29 @@ impl Front {
         Next::Request(plan, parts, body)
     }
 
-    /// Reads more of a head or body begun, once the socket turns readable before `deadline`
+    /// Reads more of a head begun, once the socket turns readable before `deadline`
     /// (armed now, for `t`, if it is not yet); `false` once it passed or the client left.
     async fn read_by(&mut self, deadline: &mut Option<Pin<Box<Sleep>>>, t: Duration) -> bool {
-        self.readable_by(deadline, t).await && self.read().await
-    }
-
-    /// Waits for the socket to turn readable before `deadline` (armed now if it is not yet);
-    /// `false` once it passed.
-    async fn readable_by(&mut self, deadline: &mut Option<Pin<Box<Sleep>>>, t: Duration) -> bool {
-        let d = deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
-        tokio::select! {
-            r = self.io.readable() => r.is_ok(),
-            () = d.as_mut() => {
+        match self.readable_by(deadline, t).await {
+            Some(ok) => ok && self.read().await,
+            None => {
                 head_guard::record(Reject::HeadTimeout);
                 false
             }
+        }
+    }
+
+    /// Waits for the socket to turn readable before `deadline` (armed now, for `t`, if it is
+    /// not yet): whether it is usable, or `None` once the deadline passed.
+    async fn readable_by(
+        &mut self,
+        deadline: &mut Option<Pin<Box<Sleep>>>,
+        t: Duration,
+    ) -> Option<bool> {
+        let d = deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
+        tokio::select! {
+            r = self.io.readable() => Some(r.is_ok()),
+            () = d.as_mut() => None,
         }
     }
 

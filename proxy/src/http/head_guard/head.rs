@@ -37,6 +37,8 @@ pub enum Reject {
     DuplicateHost,
     /// A chunked body that breaks the chunk grammar.
     MalformedChunk,
+    /// A body the fast path reads whole sent nothing for the header-read timeout (408).
+    BodyTimeout,
 }
 
 impl Reject {
@@ -60,6 +62,7 @@ impl Reject {
             Reject::MissingHost => "missing-host",
             Reject::DuplicateHost => "duplicate-host",
             Reject::MalformedChunk => "malformed-chunk",
+            Reject::BodyTimeout => "body-timeout",
         }
     }
 
