@@ -28,6 +28,7 @@ use crate::{
     http::{
         body::{ClientBody, ProxyBody},
         pool::{Conn, UpstreamProto},
+        trailers::Cleaned,
     },
     metrics::RouteMetrics,
     resilience::{
@@ -83,16 +84,18 @@ pub async fn run(
             let left = grpc::format_timeout(d.remaining(now));
             parts.headers.insert(grpc::GRPC_TIMEOUT, left);
         }
+        // Trailers may not bring back what the route's filters set or removed in the head.
+        let sent = Cleaned::wrap(body, Some(&route.trailer_drops));
         // Held out here so that an attempt its deadline cuts short still reaches the breaker.
         let mut flight = Some(ep.start());
         let tried = match attempt_deadline {
             Some(d) => tokio::time::timeout_at(
                 d.at,
-                once(shared, ep, &mut flight, proto, now, parts, body),
+                once(shared, ep, &mut flight, proto, now, parts, sent),
             )
             .await
             .unwrap_or(Tried::TimedOut(d.kind)),
-            None => once(shared, ep, &mut flight, proto, now, parts, body).await,
+            None => once(shared, ep, &mut flight, proto, now, parts, sent).await,
         };
         if let (Tried::TimedOut(kind), Some(f)) = (&tried, flight.take()) {
             flight::timed_out(f, *kind, now);

@@ -19,6 +19,7 @@ use crate::{
         body::ProxyBody,
         headers::{join_cookies, strip_hop_by_hop, wants_upgrade},
         pool::{Conn, EndpointPool, UpstreamProto},
+        trailers::Cleaned,
     },
     metrics::RouteMetrics,
     model::AppProtocol,
@@ -120,7 +121,12 @@ pub(crate) async fn exchange(
     upgrade: bool,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let result = match conn {
-        Some(conn) if !upgrade => pool.send(conn, parts, body).await,
+        Some(conn) if !upgrade => {
+            // Trailers lose what they may not carry (a route's names too, when `attempts.rs`
+            // wrapped the body first).
+            let body = Cleaned::wrap(body, None);
+            pool.send(conn, parts, body).await
+        }
         _ => Box::pin(upgrade_and_forward(pool, parts, body)).await,
     };
     if let Some(s) = state {

@@ -33,6 +33,7 @@ mod shaping_grpc;
 mod startup;
 mod tcp;
 mod timeouts;
+mod trailers;
 mod transparent;
 mod websocket;
 mod weirctl;

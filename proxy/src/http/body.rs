@@ -62,6 +62,8 @@ pub enum ProxyBody {
     Touched(Box<Touched<ClientBody>>),
     /// A response body cut when its stream stands idle (routes with an idle timeout).
     Idle(Pin<Box<IdleBody<ProxyBody>>>),
+    /// A request body whose trailers are cleaned on their way upstream (`trailers.rs`).
+    CleanTrailers(Box<super::trailers::Cleaned>),
 }
 
 impl From<Incoming> for ProxyBody {
@@ -109,6 +111,7 @@ impl Body for ProxyBody {
             ProxyBody::Tee(t) => t.poll_frame(cx),
             ProxyBody::Touched(t) => Pin::new(t.as_mut()).poll_frame(cx),
             ProxyBody::Idle(b) => return b.as_mut().poll_frame(cx),
+            ProxyBody::CleanTrailers(c) => return c.poll_frame(cx),
         };
         polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
@@ -125,6 +128,7 @@ impl Body for ProxyBody {
             ProxyBody::Tee(t) => t.inner().is_end_stream(),
             ProxyBody::Touched(t) => t.is_end_stream(),
             ProxyBody::Idle(b) => b.is_end_stream(),
+            ProxyBody::CleanTrailers(c) => c.inner().is_end_stream(),
         }
     }
 
@@ -140,6 +144,7 @@ impl Body for ProxyBody {
             ProxyBody::Tee(t) => t.inner().size_hint(),
             ProxyBody::Touched(t) => t.size_hint(),
             ProxyBody::Idle(b) => b.size_hint(),
+            ProxyBody::CleanTrailers(c) => c.size_hint(),
         }
     }
 }

@@ -13,3 +13,4 @@ pub mod read_room;
 pub mod scratch;
 pub mod server;
 pub mod spare_maps;
+pub mod trailers;

@@ -46,6 +46,9 @@ pub struct RoutePolicy {
     pub rate_limit: Option<Arc<RateLimiter>>,
     /// Route breaker: open, every request on the route fails fast; other routes are unaffected.
     pub breaker: Option<Arc<CircuitBreaker>>,
+    /// Fields the route's `RequestHeaderModifier`s set or remove: a request trailer may not
+    /// bring them back (`http/trailers.rs`).
+    pub trailer_drops: Arc<[http::HeaderName]>,
 }
 
 /// Default failfast wait when the policy sets none.
@@ -102,8 +105,24 @@ impl RoutePolicy {
             breaker: route.circuit_breaker.as_ref().map(|b| {
                 CircuitBreaker::new(BreakerPolicy::new(b), EjectionGate::unbounded(), observer())
             }),
+            trailer_drops: trailer_drops(route),
         })
     }
+}
+
+/// The names `route`'s `RequestHeaderModifier` filters set or remove.
+fn trailer_drops(route: &model::Route) -> Arc<[http::HeaderName]> {
+    let mut names = Vec::new();
+    for filter in &route.filters {
+        if let model::Filter::RequestHeaderModifier {
+            request_header_modifier: m,
+        } = filter
+        {
+            let set = m.set.iter().map(|p| &p.name.0);
+            names.extend(set.chain(m.remove.iter().map(|n| &n.0)).cloned());
+        }
+    }
+    names.into()
 }
 
 #[cfg(test)]

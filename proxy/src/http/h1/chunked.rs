@@ -3,7 +3,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{
-    header::{self, HeaderName, HeaderValue},
+    header::{HeaderName, HeaderValue},
     HeaderMap,
 };
 
@@ -135,14 +135,9 @@ impl Chunked {
         for f in fields {
             let name = HeaderName::from_bytes(f.name.as_bytes())
                 .map_err(|_| Error::Protocol("invalid trailer name"))?;
-            // Framing and routing fields have no business in trailers (RFC 9110 §6.5.1).
-            if [
-                header::CONTENT_LENGTH,
-                header::TRANSFER_ENCODING,
-                header::HOST,
-            ]
-            .contains(&name)
-            {
+            // Framing, routing, authentication and hop-by-hop fields have no business in
+            // trailers (RFC 9110 §6.5.1); request trailers are cleaned by the same list.
+            if crate::http::trailers::forbidden(&name) {
                 continue;
             }
             let value = HeaderValue::from_bytes(f.value)
