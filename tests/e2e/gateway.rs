@@ -704,6 +704,47 @@ async fn a_client_cannot_name_away_host_or_the_forwarded_headers() {
 }
 
 #[tokio::test]
+async fn connection_names_only_the_clients_fields_not_those_the_proxy_writes_later() {
+    // What `Connection` names goes as the request is read: the client's own X-Forwarded-For
+    // (then the gateway writes its own) and a field a route filter sets later both behave as
+    // if the client had never named them. Fast path (GET) and hyper's (chunked POST) alike.
+    let app = TestBackend::start("app").await;
+    let routes = "    - name: app
+      backendRefs: [{ name: app }]
+      filters:
+        - type: RequestHeaderModifier
+          requestHeaderModifier: { set: [{ name: x-route, value: r }] }
+";
+    let (_proxy, gw) = gateway_proxy(&registry(&[service("app", &[app.addr])], routes)).await;
+    for (method, body) in [(Method::GET, ""), (Method::POST, "abc")] {
+        let mut req = request(method.clone(), "gw.test", "/echo", body);
+        let h = req.headers_mut();
+        h.insert(
+            "connection",
+            "x-route, x-hop-req, x-forwarded-for"
+                .parse()
+                .expect("value"),
+        );
+        h.insert("x-hop-req", "1".parse().expect("value"));
+        h.insert("x-forwarded-for", "6.6.6.6".parse().expect("value"));
+        if !body.is_empty() {
+            h.insert("transfer-encoding", "chunked".parse().expect("value"));
+        }
+        let reply = send(gw, req).await;
+        assert_eq!(reply.status, StatusCode::OK, "{method}: {}", reply.body);
+        let headers = &reply.json()["headers"];
+        assert_eq!(headers["x-route"], "r", "{method}: {headers}");
+        assert_eq!(
+            headers["x-forwarded-for"], "127.0.0.1",
+            "{method}: {headers}"
+        );
+        assert!(headers.get("x-hop-req").is_none(), "{method}: {headers}");
+        assert!(headers.get("connection").is_none(), "{method}: {headers}");
+        assert_eq!(reply.json()["body"], body, "{method}");
+    }
+}
+
+#[tokio::test]
 async fn requests_and_responses_on_one_connection_carry_only_their_own_fields() {
     // The proxy lends header maps from one request to the next (and X-Forwarded-For's value is
     // made once per connection): nothing of one message may show in the next.

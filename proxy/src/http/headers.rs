@@ -32,6 +32,48 @@ fn never_named_away(name: &HeaderName) -> bool {
         || name == X_FORWARDED_PROTO
 }
 
+/// Removes the fields a request's `Connection` names (RFC 9110 §7.6.1), as the request is read:
+/// before the proxy writes fields of its own (X-Forwarded-*, a route filter's), which the
+/// client's list must not reach. Host and Content-Length stay (the message's own routing and
+/// framing). The hop-by-hop fields and the `close`/`keep-alive` tokens are left to
+/// [`strip_hop_by_hop`], which also decides upgrades and `te: trailers`; every other token
+/// leaves `Connection`, so nothing written later is named away.
+pub fn drop_connection_named(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::CONNECTION) {
+        return;
+    }
+    let (mut kept, mut named, mut changed) = (Vec::new(), Vec::new(), false);
+    let tokens = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim);
+    for t in tokens {
+        match HeaderName::from_bytes(t.as_bytes()) {
+            Ok(n) if HOP_BY_HOP.contains(&n) || n == "close" => kept.push(t),
+            Ok(n) => {
+                changed = true;
+                if n != header::HOST && n != header::CONTENT_LENGTH {
+                    named.push(n);
+                }
+            }
+            Err(_) => changed = true,
+        }
+    }
+    if !changed {
+        return;
+    }
+    let kept = (!kept.is_empty()).then(|| kept.join(", "));
+    for n in named {
+        headers.remove(n);
+    }
+    headers.remove(header::CONNECTION);
+    if let Some(v) = kept.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(header::CONNECTION, v);
+    }
+}
+
 /// Removes hop-by-hop headers and those the `Connection` header names. With `keep_upgrade`,
 /// `Connection: upgrade` and `Upgrade` survive (a WebSocket handshake is forwarded as such).
 /// `TE: trailers` survives for HTTP/2 (gRPC requires it).
@@ -311,6 +353,41 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(()).expect("valid request").into_parts().0
+    }
+
+    #[test]
+    fn connection_named_fields_go_at_once_and_only_hop_by_hop_tokens_stay() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-a, Host"),
+            ("connection", "te, x-forwarded-for, , upgrade"),
+            ("x-a", "1"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("host", "h"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("x-b", "2"),
+        ] {
+            h.append(HeaderName::from_static(k), v.parse().expect("value"));
+        }
+        drop_connection_named(&mut h);
+        assert_eq!(h[header::CONNECTION], "close, te, upgrade");
+        assert_eq!(h.get_all(header::CONNECTION).iter().count(), 1);
+        for gone in ["x-a", "x-forwarded-for"] {
+            assert!(!h.contains_key(gone), "{gone}");
+        }
+        for kept in ["host", "te", "upgrade", "x-b"] {
+            assert!(h.contains_key(kept), "{kept}");
+        }
+        // A field written after this is never named away by the later strip.
+        h.insert("x-a", "route".parse().expect("value"));
+        strip_hop_by_hop(&mut h, false, false);
+        assert_eq!(h["x-a"], "route");
+
+        let mut plain = HeaderMap::new();
+        plain.insert(header::CONNECTION, "keep-alive".parse().expect("value"));
+        drop_connection_named(&mut plain);
+        assert_eq!(plain[header::CONNECTION], "keep-alive");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::{
     body::ProxyBody,
     head_guard::HeadGuard,
+    headers::drop_connection_named,
     park::{Activity, ReadReady, TrackedBody, Watched},
 };
 use crate::{
@@ -64,7 +65,8 @@ where
         service_fn(move |req: Request<Incoming>| {
             let guard = act.begin();
             let (h, tap) = (handler.clone(), tap.clone());
-            let (parts, body) = req.into_parts();
+            let (mut parts, body) = req.into_parts();
+            drop_connection_named(&mut parts.headers);
             let connect = parts.method == Method::CONNECT;
             async move {
                 let resp = h(Box::new(parts), ProxyBody::Incoming(body)).await;

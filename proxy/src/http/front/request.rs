@@ -13,6 +13,7 @@ use crate::http::h1::{
     decode::{eq_name, has_token, header_map, span, SpanRoom, Spans, MAX_HEADERS},
     names::Names,
 };
+use crate::http::headers::drop_connection_named;
 
 /// Largest body the fast path reads whole before handing the request on.
 pub const MAX_WHOLE_BODY: u64 = 64 * 1024;
@@ -29,6 +30,8 @@ pub struct Plan {
     /// The client spoke HTTP/1.0: no chunked coding, and the connection closes after the
     /// response unless the request asked for `keep-alive`.
     pub http10: bool,
+    /// `Connection` names something besides `close` and `keep-alive`: fields to drop.
+    pub names_fields: bool,
 }
 
 /// The request head in `head` (a whole head that passed the line checks, frozen off the
@@ -74,6 +77,9 @@ pub fn read(head: &Bytes, names: &mut Names) -> Option<(Plan, Box<Parts>)> {
         Version::HTTP_11
     };
     parts.headers = headers;
+    if plan.names_fields {
+        drop_connection_named(&mut parts.headers);
+    }
     Some((plan, parts))
 }
 
@@ -84,6 +90,7 @@ fn plan(fields: &[httparse::Header<'_>], http10: bool) -> Option<Plan> {
         close: false,
         trailers: false,
         http10,
+        names_fields: false,
     };
     let (mut length, mut hosts, mut keep_alive) = (None, 0u32, false);
     for h in fields {
@@ -103,6 +110,8 @@ fn plan(fields: &[httparse::Header<'_>], http10: bool) -> Option<Plan> {
                         keep_alive = true;
                     } else if t.eq_ignore_ascii_case(b"upgrade") {
                         return None;
+                    } else {
+                        plan.names_fields = true;
                     }
                 }
             }
