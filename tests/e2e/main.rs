@@ -30,7 +30,6 @@ mod retries;
 mod shaping;
 mod shaping_faults;
 mod shaping_grpc;
-mod startup;
 mod tcp;
 mod timeouts;
 mod trailers;

@@ -374,3 +374,23 @@ async fn a_bad_environment_variable_exits_with_code_2_naming_it() {
     assert!(log.contains("WEIR_PROXY_SHUTDOWN_GRACE=\"soon\""), "{log}");
     assert!(log.contains("WEIR_PROXY_WORKERS=\"0\""), "{log}");
 }
+
+#[tokio::test]
+async fn an_invalid_log_filter_or_a_non_utf8_value_stops_start_up_naming_the_variable() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut proxy = WeirProxy::builder()
+        .env("WEIR_PROXY_LOG", "weir=verbose")
+        .env_os(
+            "WEIR_PROXY_SHUTDOWN_GRACE",
+            std::ffi::OsStr::from_bytes(b"5s\xff"),
+        )
+        .spawn();
+    let status = proxy.wait_exit(Duration::from_secs(10)).await;
+    let log = proxy.log();
+    assert_eq!(status.code(), Some(2), "{log}");
+    assert!(log.contains("WEIR_PROXY_LOG=\"weir=verbose\": "), "{log}");
+    assert!(
+        log.contains("WEIR_PROXY_SHUTDOWN_GRACE: not valid UTF-8"),
+        "{log}"
+    );
+}

@@ -3,6 +3,7 @@
 //! The binary is found next to the test executable (`target/<profile>/weir-proxy`, built by
 //! `cargo build --workspace --bins`), or at `WEIR_PROXY_BIN`, or at [`WeirProxyBuilder::binary`].
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -26,7 +27,7 @@ pub const EMPTY_REGISTRY: &str = "services: []\n";
 #[derive(Debug, Clone)]
 pub struct WeirProxyBuilder {
     registry: String,
-    env: Vec<(String, Option<String>)>,
+    env: Vec<(String, Option<OsString>)>,
     gateway: bool,
     binary: Option<PathBuf>,
 }
@@ -77,7 +78,7 @@ impl WeirProxyBuilder {
 
     /// Sets an environment variable for the proxy (overrides the listen addresses too).
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.push((key.into(), Some(value.into())));
+        self.env.push((key.into(), Some(value.into().into())));
         self
     }
 
@@ -86,6 +87,13 @@ impl WeirProxyBuilder {
     /// process gets one thread's share.
     pub fn timed(self) -> Self {
         self.env("WEIR_PROXY_WORKERS", "2")
+    }
+
+    /// Sets an environment variable to a value that need not be UTF-8 (for tests of how the
+    /// proxy refuses one).
+    pub fn env_os(mut self, key: impl Into<String>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), Some(value.into())));
+        self
     }
 
     /// Leaves an environment variable unset (e.g. `WEIR_PROXY_REGISTRY`).

@@ -22,14 +22,26 @@ const HOP_BY_HOP: [HeaderName; 7] = [
     header::UPGRADE,
 ];
 
-/// Fields a client's `Connection` may not take away: the message's own routing and framing
-/// (Host, Content-Length), and what the proxy itself states about the client (X-Forwarded-*),
-/// which it has already written when the request reaches `strip_hop_by_hop`.
+/// Fields a `Connection` may not take away: the message's own routing and framing. (What the
+/// proxy writes itself, X-Forwarded-* or a route filter's fields, comes after a request's
+/// named fields are gone: [`drop_connection_named`].)
 fn never_named_away(name: &HeaderName) -> bool {
-    name == header::HOST
-        || name == header::CONTENT_LENGTH
-        || name == X_FORWARDED_FOR
-        || name == X_FORWARDED_PROTO
+    name == header::HOST || name == header::CONTENT_LENGTH
+}
+
+/// Whether `name` is one of the fields that describe one connection ([`HOP_BY_HOP`]).
+pub(crate) fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+}
+
+/// The tokens of every `Connection` field, trimmed (empty ones included).
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
 }
 
 /// Removes the fields a request's `Connection` names (RFC 9110 §7.6.1), as the request is read:
@@ -43,18 +55,12 @@ pub fn drop_connection_named(headers: &mut HeaderMap) {
         return;
     }
     let (mut kept, mut named, mut changed) = (Vec::new(), Vec::new(), false);
-    let tokens = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim);
-    for t in tokens {
+    for t in connection_tokens(headers) {
         match HeaderName::from_bytes(t.as_bytes()) {
-            Ok(n) if HOP_BY_HOP.contains(&n) || n == "close" => kept.push(t),
+            Ok(n) if is_hop_by_hop(&n) || n == "close" => kept.push(t),
             Ok(n) => {
                 changed = true;
-                if n != header::HOST && n != header::CONTENT_LENGTH {
+                if !never_named_away(&n) {
                     named.push(n);
                 }
             }
@@ -92,17 +98,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
         return;
     }
     let names_others = |n: &str| !(keep_upgrade && n.eq_ignore_ascii_case("upgrade"));
-    let connection_tokens = || {
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-    };
     // `Connection: keep-alive` or `close` names no header the message has: nothing to collect.
-    if connection_tokens().any(|n| names_others(n) && headers.contains_key(n)) {
-        let named: Vec<HeaderName> = connection_tokens()
+    if connection_tokens(headers).any(|n| names_others(n) && headers.contains_key(n)) {
+        let named: Vec<HeaderName> = connection_tokens(headers)
             .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
             .filter(|n| !((keep_upgrade && n == header::UPGRADE) || never_named_away(n)))
             .collect();
@@ -144,12 +142,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
 /// Whether the request asks to switch protocols (`Connection: upgrade` + `Upgrade`).
 pub fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
 }
 
 /// Refuses requests whose framing or target is ambiguous, before anything is forwarded.
@@ -259,8 +252,9 @@ fn strip_port(host: &str) -> &str {
         .map_or(host, |(h, _)| h)
 }
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// The gateway's fields about its client ([`add_forwarded`]).
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 /// The client's address as `X-Forwarded-For` writes it, made once per connection: every request
 /// on the connection shares these bytes (a reference count, where a value per request was an

@@ -17,19 +17,17 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName};
 use http_body::{Body, Frame, SizeHint};
 
-use super::body::{BodyError, ProxyBody};
+use super::{
+    body::{BodyError, ProxyBody},
+    headers::{is_hop_by_hop, X_FORWARDED_FOR, X_FORWARDED_PROTO},
+};
 
-/// Fields that never pass in a request or response trailer section.
-const FORBIDDEN: [HeaderName; 22] = [
+/// Fields that never pass in a request or response trailer section, besides the hop-by-hop
+/// ones (`headers::is_hop_by_hop`).
+const FORBIDDEN: [HeaderName; 19] = [
     // Framing and routing.
     header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
     header::HOST,
-    // Hop-by-hop (`Keep-Alive` and `Proxy-Connection` are checked by name below).
-    header::CONNECTION,
-    header::TE,
-    header::TRAILER,
-    header::UPGRADE,
     // Authentication and its state.
     header::AUTHORIZATION,
     header::PROXY_AUTHORIZATION,
@@ -39,6 +37,7 @@ const FORBIDDEN: [HeaderName; 22] = [
     header::SET_COOKIE,
     // Controls and how to process the content.
     header::CACHE_CONTROL,
+    header::PRAGMA,
     header::EXPECT,
     header::MAX_FORWARDS,
     header::RANGE,
@@ -47,20 +46,13 @@ const FORBIDDEN: [HeaderName; 22] = [
     header::CONTENT_RANGE,
     // What the gateway writes about the client.
     header::FORWARDED,
-    header::PRAGMA,
-];
-
-/// Names not among `http`'s constants.
-const FORBIDDEN_NAMES: [&str; 4] = [
-    "keep-alive",
-    "proxy-connection",
-    "x-forwarded-for",
-    "x-forwarded-proto",
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
 ];
 
 /// Whether `name` may not appear in a trailer section.
 pub fn forbidden(name: &HeaderName) -> bool {
-    FORBIDDEN.contains(name) || FORBIDDEN_NAMES.contains(&name.as_str())
+    is_hop_by_hop(name) || FORBIDDEN.contains(name)
 }
 
 /// Removes from `trailers` every [`forbidden`] field and every field named in `also`.

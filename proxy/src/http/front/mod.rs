@@ -225,10 +225,14 @@ impl Front {
         // The body's deadline is its own, as nginx's `client_body_timeout`: each read within
         // the header-read timeout of the last, however long the whole takes (a slow 60 kB
         // upload was cut off when its head and body together took longer).
+        let mut idle = None;
         while self.rbuf.len() < want {
-            let mut idle = None;
             match self.readable_by(&mut idle, cfg.header_read_timeout).await {
-                Some(true) if self.read().await => {}
+                Some(true) if self.read().await => {
+                    if let Some(d) = idle.as_mut() {
+                        d.as_mut().reset(Instant::now() + cfg.header_read_timeout);
+                    }
+                }
                 Some(_) => return Next::Close,
                 None => {
                     head_guard::record(Reject::BodyTimeout);
