@@ -17,12 +17,13 @@ use tokio::{
 use tracing::Instrument;
 
 use crate::{
-    addr::{ClientAddr, EndpointAddr},
+    addr::ClientAddr,
     app::{ConnInfo, Shared},
     drain::Drain,
     error::rescue,
     http::{front, headers::is_grpc, server},
     metrics::{self as m, Direction},
+    tcp,
     transport::{
         detect::{detect, Detection},
         listen,
@@ -200,21 +201,35 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
             snap = shared.snapshot();
         }
     }
-    let (addr, metrics) = match (conn.direction, snap.by_orig_dst(dst)) {
-        (Direction::Outbound, Some(svc)) => match svc.endpoints.pick() {
-            Some(ep) => (ep.addr(), svc.tcp.clone()),
-            None => return,
+    let (target, metrics) = match conn.direction {
+        Direction::Outbound => match snap.by_orig_dst(dst) {
+            Some(svc) => (tcp::Target::Service(&svc.endpoints), &svc.tcp),
+            None => (tcp::Target::Address(dst.0), &snap.passthrough_tcp),
         },
-        _ => (EndpointAddr(dst.0), snap.passthrough_tcp.clone()),
+        // Inbound: the local app at the original port, counted on the service it serves.
+        _ => (
+            tcp::Target::Address(dst.0),
+            snap.by_endpoint(dst.0)
+                .map_or(&snap.inbound_unknown_tcp, |s| s.tcp(conn.direction)),
+        ),
     };
-    match listen::connect(addr.0, shared.config.connect_timeout).await {
+    metrics.opened.increment(1);
+    let up = tcp::connect(target, shared.config.connect_timeout).await;
+    // The relay may last hours: it keeps its counters, not the registry state it began with.
+    let metrics = metrics.clone();
+    drop(snap);
+    match up {
         Ok(up) => {
             let idle = Some(shared.config.tcp_idle_timeout).filter(|d| !d.is_zero());
-            if let Err(e) = crate::tcp::relay(io, up, &metrics, idle).await {
+            let _in_flight = up.flight;
+            if let Err(e) = tcp::relay(io, up.stream, &metrics, idle).await {
                 tracing::debug!(error = %e, "tcp relay ended");
             }
         }
-        Err(e) => tracing::debug!(error = %e, %addr, "tcp connect failed"),
+        Err(e) => {
+            tracing::debug!(error = %e, dst = %dst.0, "tcp connect failed");
+            metrics.closed(m::TcpEnd::ConnectFailed);
+        }
     }
 }
 

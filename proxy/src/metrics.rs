@@ -107,7 +107,10 @@ fn describe() {
         "Retries the policy allowed but the service's retry budget refused, by direction, service and route."
     );
     describe_counter!(TCP_OPENED, "Opaque TCP connections opened.");
-    describe_counter!(TCP_CLOSED, "Opaque TCP connections closed.");
+    describe_counter!(
+        TCP_CLOSED,
+        "Opaque TCP connections closed, by how they ended (eof, idle-timeout, error, connect-failed)."
+    );
     describe_counter!(
         TCP_RX,
         "Bytes received from the downstream client of opaque TCP connections."
@@ -353,11 +356,44 @@ impl RouteMetrics {
     }
 }
 
+/// How an opaque TCP connection ended: the `reason` of its close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpEnd {
+    /// Both sides finished cleanly (each EOF passed on).
+    Eof,
+    /// No byte moved either way for the idle timeout; both sides were closed.
+    IdleTimeout,
+    /// A read or write failed (mostly a reset); both sides were reset.
+    Error,
+    /// No upstream connection could be had; the client was closed.
+    ConnectFailed,
+}
+
+impl TcpEnd {
+    const ALL: [TcpEnd; 4] = [
+        TcpEnd::Eof,
+        TcpEnd::IdleTimeout,
+        TcpEnd::Error,
+        TcpEnd::ConnectFailed,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TcpEnd::Eof => "eof",
+            TcpEnd::IdleTimeout => "idle-timeout",
+            TcpEnd::Error => "error",
+            TcpEnd::ConnectFailed => "connect-failed",
+        }
+    }
+}
+
 /// Handles for opaque TCP on one (direction, service).
 #[derive(Debug, Clone)]
 pub struct TcpMetrics {
     pub opened: Counter,
-    pub closed: Counter,
+    /// One per [`TcpEnd`], in its order.
+    closed: [Counter; 4],
     pub rx: Counter,
     pub tx: Counter,
 }
@@ -369,12 +405,22 @@ impl TcpMetrics {
             Label::new("direction", direction.as_str()),
             Label::new("service", service.to_string()),
         ];
+        let closed = TcpEnd::ALL.map(|end| {
+            let mut with = l.to_vec();
+            with.push(Label::new("reason", end.as_str()));
+            metrics::counter!(TCP_CLOSED, with.iter())
+        });
         Self {
             opened: metrics::counter!(TCP_OPENED, l.iter()),
-            closed: metrics::counter!(TCP_CLOSED, l.iter()),
+            closed,
             rx: metrics::counter!(TCP_RX, l.iter()),
             tx: metrics::counter!(TCP_TX, l.iter()),
         }
+    }
+
+    /// Counts a connection that ended as `end`.
+    pub fn closed(&self, end: TcpEnd) {
+        self.closed[end as usize].increment(1);
     }
 }
 

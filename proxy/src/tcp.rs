@@ -1,14 +1,17 @@
-//! Opaque TCP: splice the client to the upstream, byte for byte, honouring half-close, and count
-//! bytes as they move (a long-lived connection shows in metrics before it ends); a relay idle
-//! for its timeout is closed, and a reset on one side is passed on as a reset, not a clean end.
+//! Opaque TCP: connect to a service's endpoint (failing over to another when a connect fails),
+//! splice the client to the upstream byte for byte, honouring half-close, and count bytes as
+//! they move (a long-lived connection shows in metrics before it ends) and how each relay
+//! ended; a relay idle for its timeout is closed, and a reset on one side is passed on as a
+//! reset, not a clean end.
 
-use std::{io, sync::Arc, time::Duration};
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
 use metrics::Counter;
 use tokio::net::TcpStream;
 
 use crate::{
-    metrics::TcpMetrics,
+    balance::{EndpointSet, InFlight},
+    metrics::{TcpEnd, TcpMetrics, ENDPOINT_DOWN},
     resilience::idle::IdleClock,
     transport::{
         listen,
@@ -17,18 +20,79 @@ use crate::{
     },
 };
 
+/// Connects a relay makes at most, each to an endpoint other than the last one's: nothing has
+/// been sent when a connect fails, so trying another endpoint loses nothing.
+pub const CONNECT_TRIES: usize = 3;
+
+/// Where a relay goes: one of a service's endpoints, or the original destination itself (one
+/// the registry does not know).
+#[derive(Clone, Copy)]
+pub enum Target<'a> {
+    Service(&'a EndpointSet),
+    Address(SocketAddr),
+}
+
+/// An upstream connection for a relay; to a service it counts as in flight on its endpoint
+/// until dropped, so the balancer spreads connections by how many each endpoint holds.
+pub struct Upstream {
+    pub stream: TcpStream,
+    pub flight: Option<InFlight>,
+}
+
+/// Connects to `target`. To a service: a failed connect takes its endpoint out for its backoff
+/// (as for HTTP, counted in `weir_endpoint_connect_failures_total`) and the next try goes to
+/// another ready endpoint, up to [`CONNECT_TRIES`] and never more than there are endpoints.
+/// The last failure when none connects (`NotConnected` when the service has no endpoint).
+pub async fn connect(target: Target<'_>, timeout: Duration) -> io::Result<Upstream> {
+    let set = match target {
+        Target::Address(addr) => {
+            let stream = listen::connect(addr, timeout).await?;
+            return Ok(Upstream {
+                stream,
+                flight: None,
+            });
+        }
+        Target::Service(set) => set,
+    };
+    let mut last = io::Error::new(io::ErrorKind::NotConnected, "no ready endpoint");
+    let mut avoid = None;
+    for _ in 0..CONNECT_TRIES.min(set.ready_len()) {
+        let Some(ep) = set.pick_other(avoid) else {
+            break;
+        };
+        let flight = ep.start();
+        match listen::connect(ep.addr().0, timeout).await {
+            Ok(stream) => {
+                ep.connect_succeeded();
+                return Ok(Upstream {
+                    stream,
+                    flight: Some(flight),
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, addr = %ep.addr(), "tcp connect failed");
+                ep.connect_failed();
+                metrics::counter!(ENDPOINT_DOWN).increment(1);
+                avoid = Some(ep.addr());
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
 /// Relays until both directions are closed; each side's EOF is passed on as a write shutdown,
 /// so a client that half-closes still gets the rest of the server's answer. With `idle`, a
 /// relay in which no byte moved either way for that long ends (`Err(TimedOut)`) and both sides
 /// are closed. When one side fails (a reset, mostly) the other is reset too: a FIN would tell
 /// it the stream ended cleanly, which a protocol framed by the close would take as complete.
+/// The caller counts the open (before connecting); the relay counts its close, by how it ended.
 pub async fn relay(
     downstream: Prefixed<TcpStream>,
     mut upstream: TcpStream,
     metrics: &TcpMetrics,
     idle: Option<Duration>,
 ) -> io::Result<()> {
-    metrics.opened.increment(1);
     // Upstream sockets already probe; a relay may outlive a client that vanished silently.
     listen::keep_probing(downstream.get_ref());
     let clock = idle.map(|d| Arc::new(IdleClock::new(d)));
@@ -41,21 +105,31 @@ pub async fn relay(
         },
     };
     let copied = tokio::io::copy_bidirectional(&mut downstream, &mut upstream);
-    let result = match &clock {
+    let (end, result) = match &clock {
         Some(clock) => tokio::select! {
-            r = copied => r.map(drop),
-            () = clock.expired() => Err(io::Error::new(io::ErrorKind::TimedOut, "idle-timeout")),
+            r = copied => ended(r),
+            () = clock.expired() => (
+                TcpEnd::IdleTimeout,
+                Err(io::Error::new(io::ErrorKind::TimedOut, "idle-timeout")),
+            ),
         },
-        None => copied.await.map(drop),
+        None => ended(copied.await),
     };
-    metrics.closed.increment(1);
-    if let Err(e) = &result {
-        if e.kind() != io::ErrorKind::TimedOut {
-            reset_on_close(downstream.io.get_ref());
-            reset_on_close(&upstream);
-        }
+    metrics.closed(end);
+    if end == TcpEnd::Error {
+        reset_on_close(downstream.io.get_ref());
+        reset_on_close(&upstream);
     }
     result
+}
+
+/// How the copy ended: a keep-alive probe that found the peer gone is an error too (its
+/// `TimedOut` is not the idle timeout's).
+fn ended(copied: io::Result<(u64, u64)>) -> (TcpEnd, io::Result<()>) {
+    match copied {
+        Ok(_) => (TcpEnd::Eof, Ok(())),
+        Err(e) => (TcpEnd::Error, Err(e)),
+    }
 }
 
 /// Makes the socket's close send RST instead of FIN (SO_LINGER 0, which never blocks the drop).
@@ -84,5 +158,77 @@ impl Tap for Moved {
         if let Some(c) = &self.clock {
             c.touch();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::loopback_set;
+
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    /// A loopback port nothing listens on: connects to it are refused.
+    fn refused_port() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("bound").port()
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_is_marked_down_and_the_live_one_takes_every_connection() {
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let live_port = live.local_addr().expect("bound").port();
+        let dead_port = refused_port();
+        let set = loopback_set(None, &[dead_port, live_port]);
+        let state = |port: u16| {
+            set.endpoints()
+                .iter()
+                .find(|e| e.addr().0.port() == port)
+                .expect("in the set")
+                .clone()
+        };
+        // Drawn first half the time while it is up, so 20 connects all but surely meet it.
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            let up = connect(Target::Service(&set), TIMEOUT)
+                .await
+                .expect("the live endpoint connects");
+            assert_eq!(up.stream.peer_addr().expect("peer").port(), live_port);
+            held.push(up);
+        }
+        assert!(
+            state(dead_port).down_for().is_some(),
+            "the dead one is down"
+        );
+        assert_eq!(
+            state(live_port).pending(),
+            20,
+            "open relays count as in flight"
+        );
+        drop(held);
+        assert_eq!(state(live_port).pending(), 0);
+        assert_eq!(
+            state(dead_port).pending(),
+            0,
+            "a failed connect holds nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_endpoint_to_reach_is_an_error_after_one_try_each() {
+        let set = loopback_set(None, &[refused_port()]);
+        let e = connect(Target::Service(&set), TIMEOUT)
+            .await
+            .err()
+            .expect("nothing listens");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+        let empty = loopback_set(None, &[]);
+        let e = connect(Target::Service(&empty), TIMEOUT)
+            .await
+            .err()
+            .expect("no endpoint");
+        assert_eq!(e.kind(), io::ErrorKind::NotConnected);
     }
 }

@@ -1,6 +1,7 @@
-//! Opaque TCP through the transparent outbound path (real iptables REDIRECT, see
-//! `weir_tests::sidecar`): byte-exact relays with half-close, server-speaks-first protocols on
-//! unlisted and listed ports, TLS passed through untouched, and the TCP + detection metrics.
+//! Opaque TCP through the transparent paths (real iptables REDIRECT, see `weir_tests::sidecar`):
+//! byte-exact relays with half-close, server-speaks-first protocols on unlisted and listed
+//! ports, TLS passed through untouched, failover from a refusing endpoint, inbound relays to the
+//! local app, and the TCP + detection metrics with how each relay ended.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tokio::sync::mpsc;
 use weir_tests::backend::pattern_byte;
 use weir_tests::metrics;
 use weir_tests::process::ChildProc;
-use weir_tests::sidecar::Sidecar;
+use weir_tests::sidecar::{listen_in, Sidecar};
 use weir_tests::tmp::TempDir;
 use weir_tests::{poll_until, require, wait_for_port, NetNs, WeirProxy};
 
@@ -25,9 +26,29 @@ const PYTHON: &str = "/usr/bin/python3";
 /// (ms counted from the completed connect).
 /// `end HOST PORT`: sends 5 bytes, reads to the end, prints `{"ms": .., "end": "eof" | "reset"}`
 /// (ms counted from the send).
+/// `repeat HOST PORT K`: K connections one after another, each `send`ing 3 bytes; prints how
+/// many got the whole echo back.
 const CLIENT: &str = r#"
 import json, socket, sys, time
 mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "repeat":
+    good = 0
+    for _ in range(int(sys.argv[4])):
+        try:
+            c = socket.create_connection((host, port), timeout=5)
+            c.sendall(b"\x00ok")
+            c.shutdown(socket.SHUT_WR)
+            out = b""
+            while True:
+                b = c.recv(4096)
+                if not b:
+                    break
+                out += b
+            good += out == b"received 3 bytes\n\x00ok"
+        except OSError:
+            pass
+    print(good)
+    sys.exit(0)
 s = socket.create_connection((host, port), timeout=5)
 if mode == "send":
     s.sendall(bytes(i % 251 for i in range(int(sys.argv[4]))))
@@ -129,6 +150,19 @@ fn tcp(text: &str, name: &str, service: &str) -> Option<f64> {
     )
 }
 
+/// Closed relays of `service` that ended as `reason`.
+fn closes(text: &str, service: &str, reason: &str) -> Option<f64> {
+    metrics::sum(
+        text,
+        "weir_tcp_connections_closed_total",
+        &[
+            ("direction", "outbound"),
+            ("service", service),
+            ("reason", reason),
+        ],
+    )
+}
+
 #[tokio::test]
 async fn opaque_bytes_to_a_virtual_ip_are_relayed_exactly_through_a_half_close() {
     require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
@@ -177,6 +211,7 @@ async fn opaque_bytes_to_a_virtual_ip_are_relayed_exactly_through_a_half_close()
         Some(expected.len() as f64)
     );
     assert_eq!(detections(&text, "opaque"), Some(1.0), "{text}");
+    assert_eq!(closes(&text, "echo.default", "eof"), Some(1.0), "{text}");
 }
 
 #[tokio::test]
@@ -331,8 +366,12 @@ async fn ending_server(listener: TcpListener, hold: bool) {
 }
 
 /// A pod whose app connects (passthrough, opaque) to a server on the host end; returns what the
-/// `end` client printed: how the connection ended and when.
-async fn how_it_ends(hold: bool, proxy: weir_tests::proxy::WeirProxyBuilder) -> (f64, String) {
+/// `end` client printed (how the connection ended and when) and the proxy's metrics once it
+/// counted the relay closed.
+async fn how_it_ends(
+    hold: bool,
+    proxy: weir_tests::proxy::WeirProxyBuilder,
+) -> (f64, String, String) {
     let ns = NetNs::create();
     let listener = TcpListener::bind((ns.host_ip(), 0))
         .await
@@ -345,22 +384,193 @@ async fn how_it_ends(hold: bool, proxy: weir_tests::proxy::WeirProxyBuilder) -> 
     let json: serde_json::Value = serde_json::from_slice(&out)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
     let ms = json["ms"].as_f64().expect("ms is a number");
-    (ms, json["end"].as_str().unwrap_or_default().to_owned())
+    let text = poll_until(DEADLINE, "the relay to be counted closed", || async {
+        let text = pod.proxy.metrics_text().await;
+        (tcp(&text, "weir_tcp_connections_closed_total", "passthrough") == Some(1.0))
+            .then_some(text)
+    })
+    .await;
+    (
+        ms,
+        json["end"].as_str().unwrap_or_default().to_owned(),
+        text,
+    )
 }
 
 #[tokio::test]
 async fn an_upstream_reset_reaches_the_client_as_a_reset_not_a_clean_end() {
     require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
-    let (_, end) = how_it_ends(false, WeirProxy::builder()).await;
+    let (_, end, text) = how_it_ends(false, WeirProxy::builder()).await;
     assert_eq!(end, "reset");
+    assert_eq!(closes(&text, "passthrough", "error"), Some(1.0), "{text}");
 }
 
 #[tokio::test]
 async fn a_tcp_relay_idle_for_its_timeout_is_closed() {
     require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
     let proxy = WeirProxy::builder().env("WEIR_PROXY_TCP_IDLE_TIMEOUT", "700ms");
-    let (ms, end) = how_it_ends(true, proxy).await;
+    let (ms, end, text) = how_it_ends(true, proxy).await;
     assert_eq!(end, "eof", "an idle relay ends cleanly");
+    assert_eq!(
+        closes(&text, "passthrough", "idle-timeout"),
+        Some(1.0),
+        "{text}"
+    );
     // Detection decides on the first byte; the clock starts with the relay.
     assert!((600.0..3000.0).contains(&ms), "closed after {ms:.0} ms");
+}
+
+#[tokio::test]
+async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let ns = NetNs::create();
+    let listener = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind on the host end");
+    let live = listener.local_addr().expect("bound");
+    let (tx, _received) = mpsc::unbounded_channel();
+    let _server = tokio::spawn(echo_after_eof_server(listener, tx));
+    // A port that was just free: connects to it are refused.
+    let dead = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind")
+        .local_addr()
+        .expect("bound");
+    // The dead endpoint weighs 100 to the live one's 1, so it is nearly always drawn first
+    // whenever it is up (its backoff starts at 100 ms and the connections are sequential).
+    let registry = format!(
+        "services:\n- name: pair\n  addresses: [\"10.96.0.21:7000\"]\n\
+         \x20 endpoints: [{{address: \"{dead}\", weight: 100}}, {{address: \"{live}\"}}]\n"
+    );
+    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    let k = 6;
+    let out = client(&pod, &["repeat", "10.96.0.21", "7000", &k.to_string()]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out).trim(),
+        k.to_string(),
+        "every connection reached the live endpoint\nproxy log:\n{}",
+        pod.proxy.log()
+    );
+    let text = poll_until(DEADLINE, "every relay counted closed", || async {
+        let text = pod.proxy.metrics_text().await;
+        (closes(&text, "pair.default", "eof") == Some(k as f64)).then_some(text)
+    })
+    .await;
+    let failed = metrics::sum(&text, "weir_endpoint_connect_failures_total", &[]).unwrap_or(0.0);
+    assert!(failed >= 1.0, "the dead endpoint was tried: {text}");
+    assert_eq!(
+        closes(&text, "pair.default", "connect-failed").unwrap_or(0.0),
+        0.0
+    );
+    assert_eq!(
+        tcp(&text, "weir_tcp_connections_opened_total", "pair.default"),
+        Some(k as f64)
+    );
+}
+
+#[tokio::test]
+async fn a_relay_with_no_endpoint_to_reach_closes_the_client_and_counts_it() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
+    let ns = NetNs::create();
+    let dead = TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind")
+        .local_addr()
+        .expect("bound");
+    let registry = format!(
+        "services:\n- name: gone\n  addresses: [\"10.96.0.22:7000\"]\n\
+         \x20 endpoints: [{{address: \"{dead}\"}}]\n"
+    );
+    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    let out = client(&pod, &["repeat", "10.96.0.22", "7000", "1"]).await;
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "0");
+    let text = poll_until(DEADLINE, "the refused relay counted", || async {
+        let text = pod.proxy.metrics_text().await;
+        (closes(&text, "gone.default", "connect-failed") == Some(1.0)).then_some(text)
+    })
+    .await;
+    assert_eq!(
+        tcp(&text, "weir_tcp_connections_opened_total", "gone.default"),
+        Some(1.0)
+    );
+}
+
+/// Sends `\0ok` to `addr` from the host, half-closes, and returns the whole answer.
+async fn echo_from_host(addr: SocketAddr) -> Vec<u8> {
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect from the host");
+    s.write_all(b"\0ok").await.expect("send");
+    s.shutdown().await.expect("half-close");
+    let mut got = Vec::new();
+    weir_tests::wait::within(DEADLINE, "the echo", s.read_to_end(&mut got))
+        .await
+        .expect("read to the end");
+    got
+}
+
+#[tokio::test]
+async fn inbound_opaque_tcp_reaches_the_local_app_and_is_counted_on_its_service() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv");
+    let ns = NetNs::create();
+    let ns_ip = ns.ns_ip();
+    let (tx, _received) = mpsc::unbounded_channel();
+    // One app port the registry knows (an endpoint of `app`), one it does not.
+    for port in [7100, 7101] {
+        let l = listen_in(&ns, (ns_ip, port).into());
+        tokio::spawn(echo_after_eof_server(l, tx.clone()));
+    }
+    let registry =
+        format!("services:\n- name: app\n  endpoints: [{{address: \"{ns_ip}:7100\"}}]\n");
+    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    for port in [7100, 7101] {
+        let got = echo_from_host((ns_ip, port).into()).await;
+        assert_eq!(
+            got,
+            b"received 3 bytes\n\0ok",
+            "port {port}\n{}",
+            pod.proxy.log()
+        );
+    }
+    let inbound = |text: &str, name: &str, service: &str| {
+        metrics::sum(
+            text,
+            name,
+            &[("direction", "inbound"), ("service", service)],
+        )
+    };
+    let text = poll_until(DEADLINE, "both relays counted closed", || async {
+        let text = pod.proxy.metrics_text().await;
+        let closed = |s| inbound(&text, "weir_tcp_connections_closed_total", s);
+        (closed("app.default") == Some(1.0) && closed("unknown") == Some(1.0)).then_some(text)
+    })
+    .await;
+    for service in ["app.default", "unknown"] {
+        assert_eq!(
+            inbound(&text, "weir_tcp_connections_opened_total", service),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            metrics::sum(
+                &text,
+                "weir_tcp_connections_closed_total",
+                &[
+                    ("direction", "inbound"),
+                    ("service", service),
+                    ("reason", "eof")
+                ],
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            inbound(&text, "weir_tcp_received_bytes_total", service),
+            Some(3.0)
+        );
+    }
+    assert_eq!(
+        tcp(&text, "weir_tcp_connections_opened_total", "passthrough").unwrap_or(0.0),
+        0.0,
+        "inbound is not counted as outbound: {text}"
+    );
 }

@@ -2,7 +2,11 @@
 //! and name, compiled route tables, endpoint sets and metric handles; rebuilt whole on each edit
 //! and published through `ArcSwap`.
 
-use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, OnceLock},
+};
 
 use crate::{
     addr::OrigDstAddr,
@@ -152,6 +156,21 @@ pub struct ServiceTarget {
     pub default_metrics: [Arc<RouteMetrics>; 2],
     /// Opaque TCP metrics, outbound.
     pub tcp: TcpMetrics,
+    /// Opaque TCP metrics, inbound: registered on first use, since a proxy takes inbound
+    /// connections only for its own pod's services.
+    tcp_inbound: OnceLock<TcpMetrics>,
+}
+
+impl ServiceTarget {
+    /// Opaque TCP metrics for `direction` (the gateway relays no TCP; it counts as outbound).
+    pub fn tcp(&self, direction: Direction) -> &TcpMetrics {
+        match direction {
+            Direction::Inbound => self
+                .tcp_inbound
+                .get_or_init(|| TcpMetrics::new(Direction::Inbound, &self.name)),
+            _ => &self.tcp,
+        }
+    }
 }
 
 /// The whole state the request path reads, swapped in one piece.
@@ -172,6 +191,8 @@ pub struct Snapshot {
     pub passthrough: Arc<RouteMetrics>,
     /// Opaque TCP to unknown destinations.
     pub passthrough_tcp: TcpMetrics,
+    /// Opaque TCP inbound to an address no service names.
+    pub inbound_unknown_tcp: TcpMetrics,
 }
 
 impl Snapshot {
@@ -230,6 +251,7 @@ impl Snapshot {
                         RouteMetrics::new(Direction::Inbound, &name, "default"),
                     ],
                     tcp: TcpMetrics::new(Direction::Outbound, &name),
+                    tcp_inbound: OnceLock::new(),
                     service: svc.clone(),
                     name,
                 })
@@ -248,6 +270,7 @@ impl Snapshot {
             gateway_unmatched: RouteMetrics::new(Direction::Gateway, "none", "none"),
             passthrough: RouteMetrics::new(Direction::Outbound, "passthrough", "default"),
             passthrough_tcp: TcpMetrics::new(Direction::Outbound, "passthrough"),
+            inbound_unknown_tcp: TcpMetrics::new(Direction::Inbound, "unknown"),
             registry,
             services,
             by_vip,
