@@ -1,5 +1,6 @@
 //! The admin listener: health, the loaded registry, Prometheus metrics that `promtool` accepts
-//! after every kind of traffic, and `POST /shutdown`.
+//! after every kind of traffic, `POST /shutdown`, and an accept loop that outlives running out of
+//! file descriptors.
 
 use std::time::Duration;
 
@@ -320,4 +321,39 @@ async fn post_shutdown_from_loopback_drains_and_exits_zero() {
     );
     let status = proxy.wait_exit(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(0), "{}", proxy.log());
+}
+
+#[tokio::test]
+async fn admin_accept_out_of_file_descriptors_backs_off_and_serves_again() {
+    let proxy = weir_tests::WeirProxy::builder().start().await;
+    let deadline = Duration::from_secs(10);
+    // Room for three more descriptors; ten connections wait in the admin listener's backlog.
+    let had = proxy.set_open_files_limit(proxy.open_fds() as u64 + 3);
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(
+            tokio::net::TcpStream::connect(proxy.admin)
+                .await
+                .expect("the backlog takes it"),
+        );
+    }
+    proxy.wait_for_log("admin accept failed", deadline).await;
+    // Out of descriptors for this window: the loop retries every 10 ms, where one that spun
+    // on the failing accept would burn a core for all of it.
+    let window = Duration::from_millis(500);
+    let before = proxy.cpu_time();
+    tokio::time::sleep(window).await;
+    let used = proxy.cpu_time() - before;
+    assert!(
+        used < window / 4,
+        "{used:?} of CPU in {window:?} out of fds"
+    );
+    drop(held);
+    proxy.set_open_files_limit(had);
+    let ready = poll_until(deadline, "/ready to answer again", || async {
+        let r = weir_tests::http_client::try_get(proxy.admin, "admin", "/ready").await;
+        r.ok().filter(|r| r.status == StatusCode::OK)
+    })
+    .await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", proxy.log());
 }

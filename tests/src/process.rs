@@ -117,6 +117,48 @@ impl ChildProc {
             .unwrap_or_else(|| panic!("no Threads in {path}"))
     }
 
+    /// CPU time used so far (utime + stime from `/proc/PID/stat`, at the clock tick's grain).
+    pub fn cpu_time(&self) -> Duration {
+        let path = format!("/proc/{}/stat", self.pid);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
+        // Fields after the `)` that ends the command name start at state (field 3).
+        let after = &text[text.rfind(')').expect("a comm field") + 1..];
+        let field = |n: usize| -> u64 {
+            after
+                .split_whitespace()
+                .nth(n - 3)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no field {n} in {path}"))
+        };
+        // SAFETY: sysconf only reads a configuration value.
+        #[allow(unsafe_code)]
+        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Duration::from_secs_f64((field(14) + field(15)) as f64 / tick as f64)
+    }
+
+    /// Sets the soft limit on open files of the running process (`prlimit(2)`; root or the
+    /// same user), keeping its hard limit; returns the soft limit it had.
+    pub fn set_open_files_limit(&self, soft: u64) -> u64 {
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let pid = libc::pid_t::try_from(self.pid).expect("a pid fits");
+        // SAFETY: reads the limit into `old`, a valid rlimit for the duration of the call.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
+        assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+        let new = libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: `new` is a valid rlimit for the duration of the call; no old value is read.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) };
+        assert_eq!(rc, 0, "prlimit: {}", std::io::Error::last_os_error());
+        old.rlim_cur
+    }
+
     /// Polls until the log contains `needle`; panics with the log on timeout.
     pub async fn wait_for_log(&self, needle: &str, deadline: Duration) {
         let found = try_poll_until(deadline, || async {

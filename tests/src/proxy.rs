@@ -288,6 +288,16 @@ impl WeirProxy {
     pub fn threads(&self) -> u64 {
         self.child.threads()
     }
+
+    /// CPU time the proxy used so far (utime + stime).
+    pub fn cpu_time(&self) -> Duration {
+        self.child.cpu_time()
+    }
+
+    /// Sets the proxy's soft open-files limit; returns the one it had.
+    pub fn set_open_files_limit(&self, soft: u64) -> u64 {
+        self.child.set_open_files_limit(soft)
+    }
 }
 
 /// The `weir-proxy` executable: `WEIR_PROXY_BIN`, else next to this test binary
