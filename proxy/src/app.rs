@@ -72,6 +72,9 @@ pub struct ConnInfo {
     pub orig_dst: Option<OrigDstAddr>,
     /// Which path.
     pub direction: Direction,
+    /// The accepted socket's descriptor, open while the connection's requests are handled
+    /// (see [`ResetHandle::of_raw`](crate::transport::reset::ResetHandle::of_raw)).
+    pub fd: std::os::fd::RawFd,
 }
 
 /// A built proxy: listeners bound, registry loaded, not yet serving.

@@ -4,6 +4,7 @@
 
 use std::{
     net::SocketAddr,
+    os::fd::AsRawFd,
     sync::{Arc, OnceLock},
     time::Duration,
 };
@@ -29,6 +30,7 @@ use crate::{
         listen,
         orig_dst::OrigDst,
         prefixed::Prefixed,
+        reset::ResetHandle,
     },
 };
 
@@ -81,6 +83,7 @@ pub async fn accept_loop(
             client: ClientAddr(peer),
             orig_dst: od,
             direction,
+            fd: stream.as_raw_fd(),
         };
         // Only transparent connections can loop; the gateway skips the getsockname.
         if od.is_some_and(|d| {
@@ -249,6 +252,17 @@ async fn handle(
     let start = Instant::now();
     if parts.headers.contains_key(http::header::UPGRADE) {
         parts.extensions.insert(drain.clone());
+        if parts.version <= http::Version::HTTP_11 {
+            // SAFETY: an HTTP/1 request's handler runs inside its connection's task, which owns
+            // the socket of `conn.fd` until the handler returns.
+            #[allow(unsafe_code)]
+            match unsafe { ResetHandle::of_raw(conn.fd) } {
+                Ok(h) => {
+                    parts.extensions.insert(h);
+                }
+                Err(e) => tracing::debug!(error = %e, "no reset handle for the upgrade"),
+            }
+        }
     }
     let grpc = is_grpc(&parts.headers);
     let (metrics, result) = match conn.direction {

@@ -24,6 +24,7 @@ use crate::{
     metrics::RouteMetrics,
     model::AppProtocol,
     resilience::policy::RoutePolicy,
+    transport::reset::ResetHandle,
 };
 
 /// Balances over `svc`'s endpoints and forwards under `route`'s timeouts and retries
@@ -220,8 +221,10 @@ async fn upgrade_and_forward(
         ))?;
     let idle = parts.extensions.remove::<crate::idle::SpliceIdle>();
     let drain = parts.extensions.remove::<crate::drain::Drain>();
+    let reset_down = parts.extensions.remove::<ResetHandle>();
     let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
+    let reset_up = resp.extensions_mut().remove::<ResetHandle>();
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let upstream = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
@@ -230,13 +233,24 @@ async fn upgrade_and_forward(
             match tokio::try_join!(downstream, upstream) {
                 Ok((d, u)) => {
                     let spliced = crate::idle::splice(TokioIo::new(d), TokioIo::new(u), idle);
-                    if let Err(e) = spliced.await {
-                        tracing::debug!(error = %e, "upgraded connection ended");
-                    }
+                    ended_splice(spliced.await, [reset_down, reset_up]);
                 }
                 Err(e) => tracing::debug!(error = %e, "upgrade failed"),
             }
         });
     }
     Ok(resp.map(ProxyBody::Incoming))
+}
+
+/// After a splice, whose sides are closed by now: when one side failed (a reset, mostly) the
+/// other is reset too, as the TCP relay does, since a FIN would tell it the stream ended
+/// cleanly. The handles' drop is the sockets' last close.
+fn ended_splice(spliced: crate::idle::Spliced, handles: [Option<ResetHandle>; 2]) {
+    if let crate::idle::Spliced::Failed(e) = spliced {
+        tracing::debug!(error = %e, "upgraded connection failed; resetting both sides");
+        handles
+            .iter()
+            .flatten()
+            .for_each(ResetHandle::reset_on_close);
+    }
 }

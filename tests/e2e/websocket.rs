@@ -195,3 +195,88 @@ async fn an_upgrade_to_an_h2c_service_goes_out_as_http1_with_its_host() {
     assert_eq!(seen("x-upgrade-host"), Some("ws.test"), "{headers:?}");
     assert_eq!(seen("x-upgrade-target"), Some("/chat"), "{headers:?}");
 }
+
+/// An upgrade server on its own socket: answers the first request head with 101, reads one
+/// byte of the upgraded stream, then resets the connection (SO_LINGER 0), or with `hold` reads
+/// on and reports how the stream ended ("eof" or "reset") on the channel.
+async fn resetting_server(
+    hold: bool,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Receiver<&'static str>,
+) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("bound");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut io, _) = l.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            io.read_exact(&mut byte).await.expect("the request head");
+            head.push(byte[0]);
+        }
+        io.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .await
+            .expect("write 101");
+        io.read_exact(&mut byte).await.expect("a byte after 101");
+        if !hold {
+            io.set_zero_linger().expect("SO_LINGER 0");
+            return;
+        }
+        let mut rest = Vec::new();
+        let end = match io.read_to_end(&mut rest).await {
+            Ok(_) => "eof",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => "reset",
+            Err(_) => "other",
+        };
+        let _ = tx.send(end);
+    });
+    (addr, rx)
+}
+
+/// A gateway in front of `addr` and a client that completed the upgrade through it.
+async fn upgraded_through(addr: std::net::SocketAddr) -> (WeirProxy, TcpStream) {
+    let eps = [addr];
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
+        .gateway(true)
+        .start()
+        .await;
+    let mut io = send_handshake(&proxy).await;
+    let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
+        .await
+        .expect("response head");
+    assert_eq!(status, 101, "{headers:?}\n{}", proxy.log());
+    let mut io = io.into_inner();
+    io.write_all(b"x").await.expect("a byte upstream");
+    (proxy, io)
+}
+
+#[tokio::test]
+async fn an_upstream_reset_after_101_reaches_the_client_as_a_reset_not_a_clean_end() {
+    let (addr, _) = resetting_server(false).await;
+    let (proxy, mut io) = upgraded_through(addr).await;
+    let mut rest = Vec::new();
+    let end = within(DEADLINE, "the end of the stream", io.read_to_end(&mut rest)).await;
+    assert_eq!(
+        end.map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::ConnectionReset),
+        "{}",
+        proxy.log()
+    );
+}
+
+#[tokio::test]
+async fn a_client_reset_after_101_reaches_the_upstream_as_a_reset() {
+    let (addr, ended) = resetting_server(true).await;
+    let (proxy, io) = upgraded_through(addr).await;
+    io.set_zero_linger().expect("SO_LINGER 0");
+    drop(io);
+    let end = within(DEADLINE, "the upstream to see the end", ended)
+        .await
+        .expect("the server reports");
+    assert_eq!(end, "reset", "{}", proxy.log());
+}

@@ -343,14 +343,21 @@ impl EndpointPool {
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, ProxyError> {
         let io = self.connect().await?;
+        // For the splice after a 101: a reset on the client's side is passed on as one.
+        let reset = crate::transport::reset::ResetHandle::of(io.inner());
         let (mut tx, conn) = conn::http1::Builder::new()
             .handshake(io)
             .await
             .map_err(self.handshake_failed())?;
         drive(conn.with_upgrades(), "upstream upgraded connection ended");
-        tx.send_request(req)
+        let mut resp = tx
+            .send_request(req)
             .await
-            .map_err(|e| self.upstream_failed(e.into()))
+            .map_err(|e| self.upstream_failed(e.into()))?;
+        if let Ok(reset) = reset {
+            resp.extensions_mut().insert(reset);
+        }
+        Ok(resp)
     }
 
     fn handshake_failed(&self) -> impl FnOnce(hyper::Error) -> ProxyError {

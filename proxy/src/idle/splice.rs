@@ -1,6 +1,6 @@
 //! The idle timeout of an upgraded (spliced) connection, e.g. a WebSocket: the route's stream
 //! idle timeout carried to the splice in the request's extensions, and a splice that ends both
-//! sides once no byte moved either way for that long.
+//! sides once no byte moved either way for that long, and says how it ended.
 
 use std::{io, sync::Arc, time::Duration};
 
@@ -24,18 +24,33 @@ pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>) {
     }
 }
 
+/// How a splice ended.
+#[derive(Debug)]
+pub enum Spliced {
+    /// Both sides finished cleanly.
+    Eof,
+    /// No byte moved either way for the idle timeout.
+    IdleTimeout,
+    /// A read or write failed (mostly a reset); the caller resets the other side.
+    Failed(io::Error),
+}
+
+impl Spliced {
+    fn of(copied: io::Result<(u64, u64)>) -> Self {
+        copied.map_or_else(Spliced::Failed, |_| Spliced::Eof)
+    }
+}
+
 /// Copies both ways between `a` and `b` until either side ends or, with `idle`, until no byte
-/// moved either way for that long (then `Err(TimedOut)`); both are dropped (closed) on return.
-pub async fn splice<A, B>(a: A, b: B, idle: Option<SpliceIdle>) -> io::Result<()>
+/// moved either way for that long; both are dropped (closed) on return.
+pub async fn splice<A, B>(a: A, b: B, idle: Option<SpliceIdle>) -> Spliced
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
     let Some(SpliceIdle(timeout)) = idle else {
         let (mut a, mut b) = (a, b);
-        return tokio::io::copy_bidirectional(&mut a, &mut b)
-            .await
-            .map(drop);
+        return Spliced::of(tokio::io::copy_bidirectional(&mut a, &mut b).await);
     };
     let clock = Arc::new(IdleClock::new(timeout));
     let mut a = Tapped {
@@ -47,8 +62,8 @@ where
         tap: Touch(clock.clone()),
     };
     tokio::select! {
-        r = tokio::io::copy_bidirectional(&mut a, &mut b) => r.map(drop),
-        () = clock.expired() => Err(io::Error::new(io::ErrorKind::TimedOut, "idle-timeout")),
+        r = tokio::io::copy_bidirectional(&mut a, &mut b) => Spliced::of(r),
+        () = clock.expired() => Spliced::IdleTimeout,
     }
 }
 
@@ -82,7 +97,7 @@ mod tests {
         }
         assert!(!task.is_finished(), "300 ms of traffic, never 100 ms still");
         let r = task.await.expect("splice task");
-        assert_eq!(r.map_err(|e| e.kind()), Err(io::ErrorKind::TimedOut));
+        assert!(matches!(r, Spliced::IdleTimeout), "{r:?}");
         let mut rest = Vec::new();
         assert_eq!(client.read_to_end(&mut rest).await.expect("closed"), 0);
     }

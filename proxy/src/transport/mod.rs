@@ -4,4 +4,5 @@ pub mod detect;
 pub mod listen;
 pub mod orig_dst;
 pub mod prefixed;
+pub mod reset;
 pub mod tap;
