@@ -150,6 +150,24 @@ fn tcp(text: &str, name: &str, service: &str) -> Option<f64> {
     )
 }
 
+/// An address on the host end that was just free: connects to it are refused.
+async fn refused_addr(ns: &NetNs) -> SocketAddr {
+    TcpListener::bind((ns.host_ip(), 0))
+        .await
+        .expect("bind")
+        .local_addr()
+        .expect("bound")
+}
+
+/// The pod's metrics once `n` relays of `service` are counted closed as `reason`.
+async fn once_closed(pod: &Sidecar, service: &str, reason: &str, n: f64) -> String {
+    poll_until(DEADLINE, "the relays counted closed", || async {
+        let text = pod.proxy.metrics_text().await;
+        (closes(&text, service, reason) == Some(n)).then_some(text)
+    })
+    .await
+}
+
 /// Closed relays of `service` that ended as `reason`.
 fn closes(text: &str, service: &str, reason: &str) -> Option<f64> {
     metrics::sum(
@@ -430,12 +448,7 @@ async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
     let live = listener.local_addr().expect("bound");
     let (tx, _received) = mpsc::unbounded_channel();
     let _server = tokio::spawn(echo_after_eof_server(listener, tx));
-    // A port that was just free: connects to it are refused.
-    let dead = TcpListener::bind((ns.host_ip(), 0))
-        .await
-        .expect("bind")
-        .local_addr()
-        .expect("bound");
+    let dead = refused_addr(&ns).await;
     // The dead endpoint weighs 100 to the live one's 1, so it is nearly always drawn first
     // whenever it is up (its backoff starts at 100 ms and the connections are sequential).
     let registry = format!(
@@ -443,7 +456,7 @@ async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
          \x20 endpoints: [{{address: \"{dead}\", weight: 100}}, {{address: \"{live}\"}}]\n"
     );
     let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
-    let k = 6;
+    let k: u32 = 6;
     let out = client(&pod, &["repeat", "10.96.0.21", "7000", &k.to_string()]).await;
     assert_eq!(
         String::from_utf8_lossy(&out).trim(),
@@ -451,11 +464,7 @@ async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
         "every connection reached the live endpoint\nproxy log:\n{}",
         pod.proxy.log()
     );
-    let text = poll_until(DEADLINE, "every relay counted closed", || async {
-        let text = pod.proxy.metrics_text().await;
-        (closes(&text, "pair.default", "eof") == Some(k as f64)).then_some(text)
-    })
-    .await;
+    let text = once_closed(&pod, "pair.default", "eof", f64::from(k)).await;
     let failed = metrics::sum(&text, "weir_endpoint_connect_failures_total", &[]).unwrap_or(0.0);
     assert!(failed >= 1.0, "the dead endpoint was tried: {text}");
     assert_eq!(
@@ -464,7 +473,7 @@ async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
     );
     assert_eq!(
         tcp(&text, "weir_tcp_connections_opened_total", "pair.default"),
-        Some(k as f64)
+        Some(f64::from(k))
     );
 }
 
@@ -472,11 +481,7 @@ async fn a_relay_whose_endpoint_refuses_fails_over_to_another() {
 async fn a_relay_with_no_endpoint_to_reach_closes_the_client_and_counts_it() {
     require!(root, tool "ip", tool "iptables", tool "setpriv", tool "/usr/bin/python3");
     let ns = NetNs::create();
-    let dead = TcpListener::bind((ns.host_ip(), 0))
-        .await
-        .expect("bind")
-        .local_addr()
-        .expect("bound");
+    let dead = refused_addr(&ns).await;
     let registry = format!(
         "services:\n- name: gone\n  addresses: [\"10.96.0.22:7000\"]\n\
          \x20 endpoints: [{{address: \"{dead}\"}}]\n"
@@ -484,11 +489,7 @@ async fn a_relay_with_no_endpoint_to_reach_closes_the_client_and_counts_it() {
     let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
     let out = client(&pod, &["repeat", "10.96.0.22", "7000", "1"]).await;
     assert_eq!(String::from_utf8_lossy(&out).trim(), "0");
-    let text = poll_until(DEADLINE, "the refused relay counted", || async {
-        let text = pod.proxy.metrics_text().await;
-        (closes(&text, "gone.default", "connect-failed") == Some(1.0)).then_some(text)
-    })
-    .await;
+    let text = once_closed(&pod, "gone.default", "connect-failed", 1.0).await;
     assert_eq!(
         tcp(&text, "weir_tcp_connections_opened_total", "gone.default"),
         Some(1.0)
