@@ -21,14 +21,12 @@ pub async fn serve(
     metrics: PrometheusHandle,
     shutdown: watch::Sender<bool>,
 ) {
+    let mut backoff = crate::transport::listen::AcceptBackoff::new("admin");
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                // EMFILE and friends: back off a little rather than spin, as the proxy
-                // listeners do.
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                backoff.failed(&e).await;
                 continue;
             }
         };

@@ -55,14 +55,13 @@ pub async fn accept_loop(
     drain: Drain,
 ) {
     let mut stop = drain.clone();
+    let mut backoff = listen::AcceptBackoff::new(direction.as_str());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(x) => x,
                 Err(e) => {
-                    // EMFILE and friends: back off a little rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    backoff.failed(&e).await;
                     continue;
                 }
             },

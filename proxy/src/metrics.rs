@@ -33,6 +33,7 @@ pub const RETRIES: &str = "weir_retries_total";
 pub const RETRY_BUDGET_EXHAUSTED: &str = "weir_retry_budget_exhausted_total";
 pub const TCP_OPENED: &str = "weir_tcp_connections_opened_total";
 pub const TCP_CLOSED: &str = "weir_tcp_connections_closed_total";
+pub const ACCEPT_FAILURES: &str = "weir_accept_failures_total";
 pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
 pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
 pub const DETECTIONS: &str = "weir_protocol_detections_total";
@@ -105,6 +106,10 @@ fn describe() {
     describe_counter!(
         RETRY_BUDGET_EXHAUSTED,
         "Retries the policy allowed but the service's retry budget refused, by direction, service and route."
+    );
+    describe_counter!(
+        ACCEPT_FAILURES,
+        "Failed accepts (out of file descriptors, mostly), by listener; each is retried after 10 ms."
     );
     describe_counter!(TCP_OPENED, "Opaque TCP connections opened.");
     describe_counter!(

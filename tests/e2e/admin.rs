@@ -337,9 +337,9 @@ async fn admin_accept_out_of_file_descriptors_backs_off_and_serves_again() {
                 .expect("the backlog takes it"),
         );
     }
-    proxy.wait_for_log("admin accept failed", deadline).await;
+    proxy.wait_for_log("accept failed", deadline).await;
     // Out of descriptors for this window: the loop retries every 10 ms, where one that spun
-    // on the failing accept would burn a core for all of it.
+    // on the failing accept would burn a core for all of it, and it warns once.
     let window = Duration::from_millis(500);
     let before = proxy.cpu_time();
     tokio::time::sleep(window).await;
@@ -348,6 +348,9 @@ async fn admin_accept_out_of_file_descriptors_backs_off_and_serves_again() {
         used < window / 4,
         "{used:?} of CPU in {window:?} out of fds"
     );
+    // Some fifty failed tries so far, one warning: the next comes five seconds after it.
+    let warnings = proxy.log().matches("accept failed").count();
+    assert_eq!(warnings, 1, "{}", proxy.log());
     drop(held);
     proxy.set_open_files_limit(had);
     let ready = poll_until(deadline, "/ready to answer again", || async {
@@ -356,4 +359,11 @@ async fn admin_accept_out_of_file_descriptors_backs_off_and_serves_again() {
     })
     .await;
     assert_eq!(ready.status, StatusCode::OK, "{}", proxy.log());
+    let text = proxy.metrics_text().await;
+    let failed = sum(
+        &text,
+        "weir_accept_failures_total",
+        &[("listener", "admin")],
+    );
+    assert!(failed.unwrap_or(0.0) >= 5.0, "{text}");
 }

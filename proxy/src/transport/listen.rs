@@ -1,4 +1,5 @@
-//! Binds listeners with socket2 (reuseaddr, nodelay on accepted sockets, keepalive).
+//! Binds listeners with socket2 (reuseaddr, nodelay on accepted sockets, keepalive), and backs
+//! off an accept that fails.
 
 use std::{io, net::SocketAddr, time::Duration};
 
@@ -13,6 +14,52 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     TcpListener::from_std(socket.into())
+}
+
+/// How long a listener waits after a failed accept before trying again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// At most one warning per listener this often while accepts keep failing.
+const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
+
+/// A listener's answer to failed accepts (EMFILE and friends, which leave the connection in the
+/// backlog): wait [`ACCEPT_RETRY`] rather than spin, count each failure in
+/// `weir_accept_failures_total{listener}`, and warn at most once per [`ACCEPT_WARN_EVERY`] with
+/// the number left unsaid since, so running out of descriptors does not also flood the log.
+pub struct AcceptBackoff {
+    listener: &'static str,
+    warned: Option<tokio::time::Instant>,
+    unsaid: u64,
+}
+
+impl AcceptBackoff {
+    /// For the listener named `listener` (the metric's label).
+    pub fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            warned: None,
+            unsaid: 0,
+        }
+    }
+
+    /// Records the failed accept `e`, then waits before the next try.
+    pub async fn failed(&mut self, e: &io::Error) {
+        metrics::counter!(crate::metrics::ACCEPT_FAILURES, "listener" => self.listener)
+            .increment(1);
+        let now = tokio::time::Instant::now();
+        if self.warned.is_none_or(|at| now - at >= ACCEPT_WARN_EVERY) {
+            tracing::warn!(
+                listener = self.listener,
+                error = %e,
+                failures_since_last_warning = self.unsaid,
+                "accept failed; retrying every 10 ms"
+            );
+            self.warned = Some(now);
+            self.unsaid = 0;
+        } else {
+            self.unsaid += 1;
+        }
+        tokio::time::sleep(ACCEPT_RETRY).await;
+    }
 }
 
 /// Options for an accepted client socket: no Nagle delay. (No TCP keep-alive probes: idle
