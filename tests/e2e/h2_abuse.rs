@@ -1,5 +1,5 @@
 //! HTTP/2 abuse on the gateway listener, with every limit set through `WEIR_PROXY_H2_*`: the
-//! limits are advertised, excess streams and oversized header lists are refused, CONTINUATION
+//! limits and flow-control windows are advertised, excess streams and oversized header lists are refused, CONTINUATION
 //! floods, HPACK bombs and rapid resets end the connection quickly with bounded memory, good
 //! clients keep being served, and the proxy stays alive.
 
@@ -20,6 +20,10 @@ const DEADLINE: Duration = Duration::from_secs(10);
 const MAX_STREAMS: u32 = 4;
 const MAX_HEADER_LIST: u32 = 8192;
 const MAX_PENDING_RESETS: u32 = 20;
+const STREAM_WINDOW: u32 = 128 * 1024;
+const CONNECTION_WINDOW: u32 = 2 * 1024 * 1024;
+/// SETTINGS_INITIAL_WINDOW_SIZE.
+const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 
 struct Gateway {
     proxy: WeirProxy,
@@ -50,6 +54,11 @@ async fn gateway() -> Gateway {
         .env(
             "WEIR_PROXY_H2_MAX_PENDING_RESETS",
             MAX_PENDING_RESETS.to_string(),
+        )
+        .env("WEIR_PROXY_H2_STREAM_WINDOW", STREAM_WINDOW.to_string())
+        .env(
+            "WEIR_PROXY_H2_CONNECTION_WINDOW",
+            CONNECTION_WINDOW.to_string(),
         )
         .start()
         .await;
@@ -90,7 +99,7 @@ fn goaway_of(frames: &[Frame]) -> Option<&Frame> {
 #[tokio::test]
 async fn the_configured_h2_limits_are_advertised_in_the_servers_settings() {
     let mut gw = gateway().await;
-    let (_conn, settings) = RawH2::handshake(gw.addr).await;
+    let (mut conn, settings) = RawH2::handshake(gw.addr).await;
     let s = settings.settings();
     let get = |id| s.iter().rev().find(|(k, _)| *k == id).map(|(_, v)| *v);
     assert_eq!(
@@ -103,6 +112,21 @@ async fn the_configured_h2_limits_are_advertised_in_the_servers_settings() {
         Some(MAX_HEADER_LIST),
         "{s:?}"
     );
+    assert_eq!(
+        get(SETTINGS_INITIAL_WINDOW_SIZE),
+        Some(STREAM_WINDOW),
+        "{s:?}"
+    );
+    // The connection window starts at 65,535 and grows by a WINDOW_UPDATE on stream 0.
+    let update = conn
+        .read_until(DEADLINE, |f| {
+            f.kind == h2raw::WINDOW_UPDATE && f.stream == 0
+        })
+        .await
+        .expect("a connection WINDOW_UPDATE");
+    let increment =
+        u32::from_be_bytes(update.payload[..4].try_into().expect("4 bytes")) & 0x7fff_ffff;
+    assert_eq!(increment, CONNECTION_WINDOW - 65_535);
     gw.assert_alive().await;
 }
 

@@ -58,6 +58,7 @@ const MORE_THAN_ZERO: &[&str] = &[
     "WEIR_PROXY_H2_MAX_HEADER_LIST_SIZE",
 ];
 const ZERO: &str = "must be more than 0";
+const WINDOW: &str = "must be from 65535 to 2147483647 (RFC 9113 §6.9)";
 
 /// Every variable the proxy reads, with what it means; README's table is generated from this.
 pub const VARIABLES: &[(&str, &str)] = &[
@@ -159,6 +160,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "HTTP/2 remote resets tolerated (default 50)",
     ),
     (
+        "WEIR_PROXY_H2_STREAM_WINDOW",
+        "HTTP/2 flow-control window of each client stream, bytes a client may send ahead on one stream (65535 to 2147483647; default 262144)",
+    ),
+    (
+        "WEIR_PROXY_H2_CONNECTION_WINDOW",
+        "HTTP/2 flow-control window of each client connection, bytes buffered for all its streams at most (65535 to 2147483647; default 1048576)",
+    ),
+    (
         "WEIR_PROXY_REGISTRY_POLL",
         "registry file check interval (default 250ms)",
     ),
@@ -192,6 +201,20 @@ impl<E: EnvSource> Reader<'_, E> {
     fn addr(&mut self, key: &str, default: SocketAddr) -> SocketAddr {
         self.parse(key, default, |v| {
             SocketAddr::from_str(v).map_err(|e| e.to_string())
+        })
+    }
+
+    /// An HTTP/2 flow-control window: no less than the protocol's initial 65,535 (a connection
+    /// window can only grow from it) and at most 2^31 − 1.
+    fn window(&mut self, key: &str, default: u32) -> u32 {
+        self.parse(key, default, |v| {
+            let n: u32 = v
+                .parse()
+                .map_err(|e: std::num::ParseIntError| e.to_string())?;
+            if !(65_535..=0x7fff_ffff).contains(&n) {
+                return Err(WINDOW.into());
+            }
+            Ok(n)
         })
     }
 
@@ -242,6 +265,12 @@ impl Config {
         h2.max_pending_accept_reset_streams = r.number(
             "WEIR_PROXY_H2_MAX_PENDING_RESETS",
             h2.max_pending_accept_reset_streams,
+        );
+        h2.initial_stream_window =
+            r.window("WEIR_PROXY_H2_STREAM_WINDOW", h2.initial_stream_window);
+        h2.initial_connection_window = r.window(
+            "WEIR_PROXY_H2_CONNECTION_WINDOW",
+            h2.initial_connection_window,
         );
         let config = Config {
             outbound_listen: r.addr("WEIR_PROXY_OUTBOUND_LISTEN", d.outbound_listen),
@@ -464,6 +493,28 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn h2_windows_are_read_within_the_protocols_bounds() {
+        let with = |k: &'static str, v: &'static str| -> HashMap<&'static str, &'static str> {
+            [("WEIR_PROXY_REGISTRY", "r.yaml"), (k, v)].into()
+        };
+        let c = Config::from_env(&with("WEIR_PROXY_H2_STREAM_WINDOW", "65535")).expect("valid");
+        assert_eq!(c.h2.initial_stream_window, 65_535);
+        assert_eq!(c.h2.initial_connection_window, 1024 * 1024, "default");
+        let c = Config::from_env(&with("WEIR_PROXY_H2_CONNECTION_WINDOW", "2147483647"))
+            .expect("valid");
+        assert_eq!(c.h2.initial_connection_window, 0x7fff_ffff);
+        for (k, v) in [
+            ("WEIR_PROXY_H2_STREAM_WINDOW", "65534"),
+            ("WEIR_PROXY_H2_STREAM_WINDOW", "0"),
+            ("WEIR_PROXY_H2_CONNECTION_WINDOW", "2147483648"),
+            ("WEIR_PROXY_H2_CONNECTION_WINDOW", "1MiB"),
+        ] {
+            let err = Config::from_env(&with(k, v)).expect_err(v);
+            assert!(err.0[0].starts_with(&format!("{k}={v:?}")), "{err}");
         }
     }
 
