@@ -106,6 +106,10 @@ pub struct RegistryFile {
     settle: Duration,
     /// A change not yet settled, and when this watcher first saw it.
     pending: Option<(Stamp, Instant)>,
+    /// A stamp read while it looked recent (see [`RACY`]), and when this watcher first read it:
+    /// once unchanged for `RACY` by this watcher's clock, the tick it was written in is over
+    /// whatever the file's mtime says, so a file stamped in the future is not re-read forever.
+    racy: Option<(Stamp, Instant)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -161,6 +165,22 @@ impl RegistryFile {
             hash: None,
             settle,
             pending: None,
+            racy: None,
+        }
+    }
+
+    /// Whether a read of `stamp` must be repeated next poll: its mtime is within [`RACY`] (or
+    /// ahead of this host's clock) and this watcher has not yet seen it unchanged that long.
+    fn still_racy(&mut self, stamp: Stamp) -> bool {
+        if age(stamp) >= RACY {
+            return false;
+        }
+        match self.racy {
+            Some((racy, since)) if racy == stamp => since.elapsed() < RACY,
+            _ => {
+                self.racy = Some((stamp, Instant::now()));
+                true
+            }
         }
     }
 
@@ -216,7 +236,7 @@ impl RegistryFile {
             _ => return None,
         }
         self.pending = None;
-        self.seen = if age(stamp) < RACY {
+        self.seen = if self.still_racy(stamp) {
             Seen::Nothing
         } else {
             Seen::File(stamp)

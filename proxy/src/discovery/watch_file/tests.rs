@@ -129,6 +129,42 @@ fn next_outcome(file: &mut RegistryFile, within: Duration) -> Result<Registry, R
 }
 
 #[test]
+fn a_file_stamped_in_the_future_stops_being_re_read_once_unchanged_for_the_racy_window() {
+    let dir = TempDir::new("future");
+    let path = dir.0.join("registry.yaml");
+    fs::write(&path, one_service("a")).expect("write");
+    let ahead = SystemTime::now() + Duration::from_secs(3600);
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(ahead))
+        .expect("stamp the file an hour ahead");
+    let mut file = RegistryFile::with_settle(path.clone(), Duration::from_millis(10));
+    let first = next_outcome(&mut file, Duration::from_secs(10)).expect("valid");
+    assert_eq!(names(&first), ["a"]);
+    let read_at = Instant::now();
+    assert!(
+        file.seen == Seen::Nothing,
+        "a stamp this recent is read again"
+    );
+    // Polled as the watcher does; it settles by its own clock, never by the mtime.
+    let deadline = read_at + Duration::from_secs(10);
+    while file.seen == Seen::Nothing {
+        assert!(file.poll().is_none(), "the same bytes are no reload");
+        assert!(Instant::now() < deadline, "still re-read after 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        read_at.elapsed() >= RACY,
+        "trusted before the racy window passed"
+    );
+    // An edit still shows: a new stamp is racy again and read.
+    fs::write(&path, one_service("bb")).expect("edit");
+    let edited = next_outcome(&mut file, Duration::from_secs(10)).expect("valid");
+    assert_eq!(names(&edited), ["bb"]);
+}
+
+#[test]
 fn a_save_that_pauses_between_writes_is_parsed_only_once_it_settles() {
     use std::io::Write;
     let dir = TempDir::new("settle");
