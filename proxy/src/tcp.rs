@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::{
     balance::{EndpointSet, InFlight},
+    error::ProxyError,
     metrics::{TcpEnd, TcpMetrics, ENDPOINT_DOWN},
     resilience::idle::IdleClock,
     transport::{
@@ -60,10 +61,11 @@ pub async fn connect(target: Target<'_>, timeout: Duration) -> io::Result<Upstre
         let Some(ep) = set.pick_other(avoid) else {
             break;
         };
-        let flight = ep.start();
+        let mut flight = ep.start();
         match listen::connect(ep.addr().0, timeout).await {
             Ok(stream) => {
                 ep.connect_succeeded();
+                flight.connected();
                 return Ok(Upstream {
                     stream,
                     flight: Some(flight),
@@ -73,6 +75,11 @@ pub async fn connect(target: Target<'_>, timeout: Duration) -> io::Result<Upstre
                 tracing::debug!(error = %e, addr = %ep.addr(), "tcp connect failed");
                 ep.connect_failed();
                 metrics::counter!(ENDPOINT_DOWN).increment(1);
+                // The endpoint's breaker counts it, as for an HTTP attempt.
+                flight.fail(&ProxyError::Connect {
+                    addr: ep.addr(),
+                    source: io::Error::new(e.kind(), e.to_string()),
+                });
                 avoid = Some(ep.addr());
                 last = e;
             }
@@ -213,6 +220,45 @@ mod tests {
             state(dead_port).pending(),
             0,
             "a failed connect holds nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn connects_count_for_the_endpoints_breakers() {
+        use crate::{model::CircuitBreakerPolicy, resilience::breaker::BreakerPolicy};
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let live_port = live.local_addr().expect("bound").port();
+        let dead_port = refused_port();
+        let set = loopback_set(None, &[dead_port, live_port]);
+        let policy = BreakerPolicy::new(&CircuitBreakerPolicy {
+            consecutive_failures: Some(1),
+            ..Default::default()
+        });
+        set.arm_breakers(Some(&policy), "svc");
+        let breaker = |port: u16| {
+            set.endpoints()
+                .iter()
+                .find(|e| e.addr().0.port() == port)
+                .and_then(|e| e.breaker())
+                .expect("armed")
+        };
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(
+                connect(Target::Service(&set), TIMEOUT)
+                    .await
+                    .expect("the live endpoint connects"),
+            );
+        }
+        assert!(
+            !breaker(dead_port).is_available(),
+            "one refused connect ejects it"
+        );
+        assert!(
+            breaker(live_port).is_available(),
+            "connects that succeed keep it in"
         );
     }
 

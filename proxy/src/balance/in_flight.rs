@@ -78,6 +78,15 @@ impl InFlight {
         }
     }
 
+    /// The connection a long-lived stream needs (an opaque TCP relay) is up: a success for the
+    /// breaker (a half-open probe closes it), no latency sample; the stream stays counted in
+    /// flight until this is dropped.
+    pub fn connected(&mut self) {
+        if let Some(a) = self.admission.take() {
+            a.record(true);
+        }
+    }
+
     /// Ends a request that failed before any answer (e.g. its connect was refused): a failure
     /// for the breaker when the upstream is to blame; no latency sample.
     pub fn fail(mut self, error: &ProxyError) {
