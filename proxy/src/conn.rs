@@ -224,8 +224,9 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
         Ok(up) => {
             let idle = Some(shared.config.tcp_idle_timeout).filter(|d| !d.is_zero());
             let _in_flight = up.flight;
-            if let Err(e) = tcp::relay(io, up.stream, &metrics, idle).await {
-                tracing::debug!(error = %e, "tcp relay ended");
+            if let crate::idle::Spliced::Failed(e) = tcp::relay(io, up.stream, &metrics, idle).await
+            {
+                tracing::debug!(error = %e, "tcp relay failed");
             }
         }
         Err(e) => {

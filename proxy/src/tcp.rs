@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use crate::{
     balance::{EndpointSet, InFlight},
     error::ProxyError,
+    idle::Spliced,
     metrics::{TcpEnd, TcpMetrics, ENDPOINT_DOWN},
     resilience::idle::IdleClock,
     transport::{
@@ -90,16 +91,16 @@ pub async fn connect(target: Target<'_>, timeout: Duration) -> io::Result<Upstre
 
 /// Relays until both directions are closed; each side's EOF is passed on as a write shutdown,
 /// so a client that half-closes still gets the rest of the server's answer. With `idle`, a
-/// relay in which no byte moved either way for that long ends (`Err(TimedOut)`) and both sides
-/// are closed. When one side fails (a reset, mostly) the other is reset too: a FIN would tell
-/// it the stream ended cleanly, which a protocol framed by the close would take as complete.
-/// The caller counts the open (before connecting); the relay counts its close, by how it ended.
+/// relay in which no byte moved either way for that long ends and both sides are closed. When
+/// one side fails (a reset, mostly) the other is reset too: a FIN would tell it the stream
+/// ended cleanly, which a protocol framed by the close would take as complete. The caller
+/// counts the open (before connecting); the relay counts its close, by how it ended.
 pub async fn relay(
     downstream: Prefixed<TcpStream>,
     mut upstream: TcpStream,
     metrics: &TcpMetrics,
     idle: Option<Duration>,
-) -> io::Result<()> {
+) -> Spliced {
     // Upstream sockets already probe; a relay may outlive a client that vanished silently.
     listen::keep_probing(downstream.get_ref());
     let clock = idle.map(|d| Arc::new(IdleClock::new(d)));
@@ -112,31 +113,17 @@ pub async fn relay(
         },
     };
     let copied = tokio::io::copy_bidirectional(&mut downstream, &mut upstream);
-    let (end, result) = match &clock {
-        Some(clock) => tokio::select! {
-            r = copied => ended(r),
-            () = clock.expired() => (
-                TcpEnd::IdleTimeout,
-                Err(io::Error::new(io::ErrorKind::TimedOut, "idle-timeout")),
-            ),
-        },
-        None => ended(copied.await),
-    };
-    metrics.closed(end);
-    if end == TcpEnd::Error {
+    let spliced = Spliced::until_idle(copied, clock.as_deref()).await;
+    metrics.closed(match spliced {
+        Spliced::Eof => TcpEnd::Eof,
+        Spliced::IdleTimeout => TcpEnd::IdleTimeout,
+        Spliced::Failed(_) => TcpEnd::Error,
+    });
+    if let Spliced::Failed(_) = spliced {
         reset_on_close(downstream.io.get_ref());
         reset_on_close(&upstream);
     }
-    result
-}
-
-/// How the copy ended: a keep-alive probe that found the peer gone is an error too (its
-/// `TimedOut` is not the idle timeout's).
-fn ended(copied: io::Result<(u64, u64)>) -> (TcpEnd, io::Result<()>) {
-    match copied {
-        Ok(_) => (TcpEnd::Eof, Ok(())),
-        Err(e) => (TcpEnd::Error, Err(e)),
-    }
+    spliced
 }
 
 /// Makes the socket's close send RST instead of FIN (SO_LINGER 0, which never blocks the drop).
@@ -181,43 +168,59 @@ mod tests {
         l.local_addr().expect("bound").port()
     }
 
-    #[tokio::test]
-    async fn a_refused_endpoint_is_marked_down_and_the_live_one_takes_every_connection() {
+    /// A set of a refusing endpoint and a listening one (its listener, to keep), by port.
+    async fn dead_and_live() -> (EndpointSet, u16, u16, tokio::net::TcpListener) {
         let live = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let live_port = live.local_addr().expect("bound").port();
         let dead_port = refused_port();
         let set = loopback_set(None, &[dead_port, live_port]);
-        let state = |port: u16| {
-            set.endpoints()
-                .iter()
-                .find(|e| e.addr().0.port() == port)
-                .expect("in the set")
-                .clone()
-        };
-        // Drawn first half the time while it is up, so 20 connects all but surely meet it.
+        (set, dead_port, live_port, live)
+    }
+
+    fn endpoint(set: &EndpointSet, port: u16) -> Arc<crate::balance::EndpointState> {
+        set.endpoints()
+            .iter()
+            .find(|e| e.addr().0.port() == port)
+            .expect("in the set")
+            .clone()
+    }
+
+    /// Twenty relays' connects to `set`, held open. The refusing endpoint is drawn first half
+    /// the time while it is up, so twenty connects all but surely meet it.
+    async fn twenty_connects(set: &EndpointSet) -> Vec<Upstream> {
         let mut held = Vec::new();
         for _ in 0..20 {
-            let up = connect(Target::Service(&set), TIMEOUT)
-                .await
-                .expect("the live endpoint connects");
+            held.push(
+                connect(Target::Service(set), TIMEOUT)
+                    .await
+                    .expect("the live endpoint connects"),
+            );
+        }
+        held
+    }
+
+    #[tokio::test]
+    async fn a_refused_endpoint_is_marked_down_and_the_live_one_takes_every_connection() {
+        let (set, dead_port, live_port, _live) = dead_and_live().await;
+        let held = twenty_connects(&set).await;
+        for up in &held {
             assert_eq!(up.stream.peer_addr().expect("peer").port(), live_port);
-            held.push(up);
         }
         assert!(
-            state(dead_port).down_for().is_some(),
+            endpoint(&set, dead_port).down_for().is_some(),
             "the dead one is down"
         );
         assert_eq!(
-            state(live_port).pending(),
+            endpoint(&set, live_port).pending(),
             20,
             "open relays count as in flight"
         );
         drop(held);
-        assert_eq!(state(live_port).pending(), 0);
+        assert_eq!(endpoint(&set, live_port).pending(), 0);
         assert_eq!(
-            state(dead_port).pending(),
+            endpoint(&set, dead_port).pending(),
             0,
             "a failed connect holds nothing"
         );
@@ -226,32 +229,14 @@ mod tests {
     #[tokio::test]
     async fn connects_count_for_the_endpoints_breakers() {
         use crate::{model::CircuitBreakerPolicy, resilience::breaker::BreakerPolicy};
-        let live = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let live_port = live.local_addr().expect("bound").port();
-        let dead_port = refused_port();
-        let set = loopback_set(None, &[dead_port, live_port]);
+        let (set, dead_port, live_port, _live) = dead_and_live().await;
         let policy = BreakerPolicy::new(&CircuitBreakerPolicy {
             consecutive_failures: Some(1),
             ..Default::default()
         });
         set.arm_breakers(Some(&policy), "svc");
-        let breaker = |port: u16| {
-            set.endpoints()
-                .iter()
-                .find(|e| e.addr().0.port() == port)
-                .and_then(|e| e.breaker())
-                .expect("armed")
-        };
-        let mut held = Vec::new();
-        for _ in 0..20 {
-            held.push(
-                connect(Target::Service(&set), TIMEOUT)
-                    .await
-                    .expect("the live endpoint connects"),
-            );
-        }
+        let breaker = |port| endpoint(&set, port).breaker().expect("armed");
+        let _held = twenty_connects(&set).await;
         assert!(
             !breaker(dead_port).is_available(),
             "one refused connect ejects it"

@@ -1,7 +1,7 @@
 //! HTTP/2 abuse on the gateway listener, with every limit set through `WEIR_PROXY_H2_*`: the
-//! limits and flow-control windows are advertised, excess streams and oversized header lists are refused, CONTINUATION
-//! floods, HPACK bombs and rapid resets end the connection quickly with bounded memory, good
-//! clients keep being served, and the proxy stays alive.
+//! limits and flow-control windows are advertised, excess streams and oversized header lists
+//! are refused, CONTINUATION floods, HPACK bombs and rapid resets end the connection quickly
+//! with bounded memory, good clients keep being served, and the proxy stays alive.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -117,23 +117,9 @@ impl ChildProc {
             .unwrap_or_else(|| panic!("no Threads in {path}"))
     }
 
-    /// CPU time used so far (utime + stime from `/proc/PID/stat`, at the clock tick's grain).
+    /// CPU time used so far (utime + stime, see [`cpu_time_of`]).
     pub fn cpu_time(&self) -> Duration {
-        let path = format!("/proc/{}/stat", self.pid);
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-        // Fields after the `)` that ends the command name start at state (field 3).
-        let after = &text[text.rfind(')').expect("a comm field") + 1..];
-        let field = |n: usize| -> u64 {
-            after
-                .split_whitespace()
-                .nth(n - 3)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("no field {n} in {path}"))
-        };
-        // SAFETY: sysconf only reads a configuration value.
-        #[allow(unsafe_code)]
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-        Duration::from_secs_f64((field(14) + field(15)) as f64 / tick as f64)
+        cpu_time_of(self.pid).unwrap_or_else(|| panic!("no CPU times in /proc/{}/stat", self.pid))
     }
 
     /// Sets the soft limit on open files of the running process (`prlimit(2)`; root or the
@@ -172,6 +158,21 @@ impl ChildProc {
             );
         }
     }
+}
+
+/// CPU time process `pid` used so far: utime + stime from `/proc/PID/stat`, at the clock
+/// tick's grain; `None` when the process is gone or the file is not as expected.
+pub fn cpu_time_of(pid: u32) -> Option<Duration> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the `)` that ends the command name start at state (field 3).
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    // SAFETY: sysconf only reads a configuration value.
+    #[allow(unsafe_code)]
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_secs_f64(
+        (field(14)? + field(15)?) as f64 / tick as f64,
+    ))
 }
 
 fn status_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {

@@ -2,7 +2,7 @@
 //! idle timeout carried to the splice in the request's extensions, and a splice that ends both
 //! sides once no byte moved either way for that long, and says how it ended.
 
-use std::{io, sync::Arc, time::Duration};
+use std::{future::Future, io, sync::Arc, time::Duration};
 
 use http::{header, request::Parts};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -39,6 +39,22 @@ impl Spliced {
     fn of(copied: io::Result<(u64, u64)>) -> Self {
         copied.map_or_else(Spliced::Failed, |_| Spliced::Eof)
     }
+
+    /// `copied` (a two-way copy) to its end or, with `clock`, until the clock expires first.
+    /// The idle timeout is told by which ended, not by an error kind: a keep-alive probe that
+    /// found the peer gone also fails with `TimedOut`, and that is a failure.
+    pub(crate) async fn until_idle(
+        copied: impl Future<Output = io::Result<(u64, u64)>>,
+        clock: Option<&IdleClock>,
+    ) -> Self {
+        match clock {
+            Some(clock) => tokio::select! {
+                r = copied => Spliced::of(r),
+                () = clock.expired() => Spliced::IdleTimeout,
+            },
+            None => Spliced::of(copied.await),
+        }
+    }
 }
 
 /// Copies both ways between `a` and `b` until either side ends or, with `idle`, until no byte
@@ -61,10 +77,7 @@ where
         io: b,
         tap: Touch(clock.clone()),
     };
-    tokio::select! {
-        r = tokio::io::copy_bidirectional(&mut a, &mut b) => Spliced::of(r),
-        () = clock.expired() => Spliced::IdleTimeout,
-    }
+    Spliced::until_idle(tokio::io::copy_bidirectional(&mut a, &mut b), Some(&clock)).await
 }
 
 /// Touches the idle clock whenever bytes arrive on either side.

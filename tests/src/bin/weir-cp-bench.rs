@@ -21,7 +21,11 @@ use weir_proto::discovery::{
     discovery_client::DiscoveryClient, target::Kind, update::Result as UpdateResult, ProxyInfo,
     Target, WatchRequest,
 };
-use weir_tests::{free_addr, poll_until, process::ChildProc, tmp::TempDir};
+use weir_tests::{
+    free_addr, poll_until,
+    process::{cpu_time_of, ChildProc},
+    tmp::TempDir,
+};
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -73,12 +77,7 @@ fn write_atomically(path: &Path, text: &str) {
 
 /// utime+stime (clock ticks → seconds) and VmRSS/VmHWM (KiB) of a process.
 fn usage(pid: u32) -> (f64, u64, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // fields after ')' start at state (field 3): utime is field 14, stime 15.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
+    let cpu = cpu_time_of(pid).map_or(0.0, |d| d.as_secs_f64());
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status

@@ -128,17 +128,21 @@ fn next_outcome(file: &mut RegistryFile, within: Duration) -> Result<Registry, R
     }
 }
 
+/// Stamps the file at `path` as modified at `at`.
+fn set_mtime(path: &std::path::Path, at: SystemTime) {
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(at))
+        .expect("set the file's mtime");
+}
+
 #[test]
 fn a_file_stamped_in_the_future_stops_being_re_read_once_unchanged_for_the_racy_window() {
     let dir = TempDir::new("future");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
-    let ahead = SystemTime::now() + Duration::from_secs(3600);
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_modified(ahead))
-        .expect("stamp the file an hour ahead");
+    set_mtime(&path, SystemTime::now() + Duration::from_secs(3600));
     let mut file = RegistryFile::with_settle(path.clone(), Duration::from_millis(10));
     let first = next_outcome(&mut file, Duration::from_secs(10)).expect("valid");
     assert_eq!(names(&first), ["a"]);
@@ -170,12 +174,7 @@ fn a_save_that_pauses_between_writes_is_parsed_only_once_it_settles() {
     let dir = TempDir::new("settle");
     let path = dir.0.join("registry.yaml");
     fs::write(&path, one_service("a")).expect("write");
-    let old = SystemTime::now() - Duration::from_secs(60);
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_modified(old))
-        .expect("age the file");
+    set_mtime(&path, SystemTime::now() - Duration::from_secs(60));
     // A settle period long enough that a slow machine cannot outwait it between two lines.
     let mut file = RegistryFile::with_settle(path.clone(), Duration::from_secs(2));
     assert_eq!(

@@ -360,7 +360,6 @@ impl Front {
         .await
     }
 
-    /// Writes the response; `Ok(true)` if the connection must close after it.
     /// Answers a refused request with its error and closes the connection.
     async fn refuse(&mut self, r: Refusal) {
         let resp = error::rescue(&r.error, false);
@@ -368,6 +367,7 @@ impl Front {
         let _ = self.io.shutdown().await;
     }
 
+    /// Writes the response; `Ok(true)` if the connection must close after it.
     async fn respond(
         &mut self,
         resp: Response<ProxyBody>,
