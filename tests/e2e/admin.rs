@@ -1,13 +1,13 @@
 //! The admin listener: health, the loaded registry, Prometheus metrics that `promtool` accepts
-//! after every kind of traffic, `POST /shutdown`, and an accept loop that outlives running out of
-//! file descriptors.
+//! after every kind of traffic, `POST /shutdown` (loopback clients only, on a dual-stack listener
+//! too), and an accept loop that outlives running out of file descriptors.
 
 use std::time::Duration;
 
 use http::StatusCode;
 use weir_tests::http_client::{get, get_h2, head_len, raw_exchange, raw_status};
 use weir_tests::metrics::{promtool_check, samples, sum};
-use weir_tests::{poll_until, require, TestBackend};
+use weir_tests::{poll_until, require, NetNs, TestBackend};
 
 use crate::gateway::{gateway_proxy, registry, service};
 
@@ -318,6 +318,51 @@ async fn post_shutdown_from_loopback_drains_and_exits_zero() {
         slow.status,
         StatusCode::OK,
         "the request in flight completes"
+    );
+    let status = proxy.wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(0), "{}", proxy.log());
+}
+
+#[tokio::test]
+async fn a_dual_stack_admin_listener_takes_shutdown_from_ipv4_loopback_and_refuses_another_host() {
+    require!(root, tool "ip", tool "curl");
+    let ns = NetNs::create();
+    let mut proxy = weir_tests::WeirProxy::builder()
+        .admin_dual_stack()
+        .start()
+        .await;
+
+    // From the namespace: another host, arriving on `[::]` as `::ffff:198.18.x.y`.
+    let url = format!("http://{}:{}/shutdown", ns.host_ip(), proxy.admin.port());
+    let curl = [
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        "-X",
+        "POST",
+        "-w",
+        " %{http_code}",
+        &url,
+    ];
+    let out = tokio::process::Command::from(ns.command(&curl))
+        .output()
+        .await
+        .expect("run curl in the namespace");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "loopback clients only\n 403",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(proxy.admin_get("/ready").await.status, StatusCode::OK);
+    assert!(proxy.try_exit().is_none(), "{}", proxy.log());
+
+    // From IPv4 loopback, which the listener sees as `::ffff:127.0.0.1`.
+    let reply = proxy.admin_post("/shutdown").await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (StatusCode::OK, "shutting down\n")
     );
     let status = proxy.wait_exit(Duration::from_secs(10)).await;
     assert_eq!(status.code(), Some(0), "{}", proxy.log());

@@ -4,7 +4,7 @@
 //! `cargo build --workspace --bins`), or at `WEIR_PROXY_BIN`, or at [`WeirProxyBuilder::binary`].
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
+use std::net::{Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -30,6 +30,7 @@ pub struct WeirProxyBuilder {
     env: Vec<(String, Option<OsString>)>,
     gateway: bool,
     binary: Option<PathBuf>,
+    admin_dual_stack: bool,
 }
 
 /// A running `weir-proxy`; SIGKILLed on drop.
@@ -65,6 +66,7 @@ impl WeirProxy {
             ],
             gateway: false,
             binary: None,
+            admin_dual_stack: false,
         }
     }
 }
@@ -108,6 +110,14 @@ impl WeirProxyBuilder {
         self
     }
 
+    /// Open the admin listener on `[::]` (every address, IPv4 too, as in a pod) instead of
+    /// loopback. [`WeirProxy::admin`] stays `127.0.0.1:<port>`, which the listener sees as
+    /// `::ffff:127.0.0.1`.
+    pub fn admin_dual_stack(mut self) -> Self {
+        self.admin_dual_stack = true;
+        self
+    }
+
     /// Run this executable instead of the built `weir-proxy`.
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
@@ -122,6 +132,11 @@ impl WeirProxyBuilder {
         std::fs::write(&registry, &self.registry).expect("write the registry file");
         let (outbound, inbound, admin) = (free_addr(), free_addr(), free_addr());
         let gateway = self.gateway.then(free_addr);
+        let admin_listen = if self.admin_dual_stack {
+            SocketAddr::from((Ipv6Addr::UNSPECIFIED, admin.port()))
+        } else {
+            admin
+        };
 
         let mut cmd = Command::new(&bin);
         // A developer's own WEIR_PROXY_* settings must not leak into the test.
@@ -133,7 +148,7 @@ impl WeirProxyBuilder {
         cmd.env("WEIR_PROXY_REGISTRY", &registry)
             .env("WEIR_PROXY_OUTBOUND_LISTEN", outbound.to_string())
             .env("WEIR_PROXY_INBOUND_LISTEN", inbound.to_string())
-            .env("WEIR_PROXY_ADMIN_LISTEN", admin.to_string())
+            .env("WEIR_PROXY_ADMIN_LISTEN", admin_listen.to_string())
             .env("RUST_BACKTRACE", "1")
             // Plain log lines, so tests can search them for `key=value`.
             .env("NO_COLOR", "1");
