@@ -309,52 +309,62 @@ async fn head_and_204_responses_leave_the_connection_usable() {
 
 /// An upstream that answers while the upload is still coming (a 413 after its first MiB) and
 /// then reads no more: its answer reaches the client at once, though the proxy's writes of the
-/// rest of the body could never finish.
+/// rest of the body could never finish. Three rounds, each on a new connection: the old code
+/// delivered the answer late five runs in six (not when the body was momentarily pending as
+/// the upstream answered), so three rounds miss such a regression once in ~200 runs.
 #[tokio::test]
 async fn an_early_answer_to_an_upload_the_upstream_stopped_reading_reaches_the_client() {
     const UPLOAD: usize = 64 << 20;
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let upstream_addr = listener.local_addr().expect("address");
     let upstream = tokio::spawn(async move {
-        let (mut io, _) = listener.accept().await.expect("accept");
-        let mut got = Vec::new();
-        let mut buf = [0u8; 64 << 10];
-        // The head and the first MiB of the body: the proxy is streaming by then.
-        while got.len() < 1 << 20 {
-            let n = io.read(&mut buf).await.expect("read the upload");
-            assert!(n > 0, "closed mid-upload");
-            got.extend_from_slice(&buf[..n]);
+        while let Ok((io, _)) = listener.accept().await {
+            tokio::spawn(answer_early_then_stop_reading(io));
         }
-        io.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\n\r\ntoo large")
-            .await
-            .expect("answer");
-        // Reads nothing more, and keeps the connection open until the test ends.
-        std::future::pending::<()>().await;
-        drop(io);
     });
     let proxy = WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream_addr])]))
         .gateway(true)
         .start()
         .await;
-    let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
-        .await
-        .expect("connect to the gateway");
-    let (rd, mut wr) = io.into_split();
-    let uploader = tokio::spawn(async move {
-        let head =
-            format!("POST /b/up HTTP/1.1\r\nHost: bodies.test\r\nContent-Length: {UPLOAD}\r\n\r\n");
-        let _ = wr.write_all(head.as_bytes()).await;
-        // One write: the client's socket stays full, so the proxy always has body to send.
-        let _ = wr.write_all(&vec![b'x'; UPLOAD]).await;
-        wr
-    });
-    let mut rd = BufReader::new(rd);
-    let reply = read_response(&mut rd, "POST", DEADLINE)
-        .await
-        .unwrap_or_else(|e| panic!("reading the early answer: {e}"));
-    assert_eq!(reply.status, 413);
-    assert_eq!(reply.body, b"too large");
-    uploader.abort();
+    for round in 1..=3 {
+        let io = TcpStream::connect(proxy.gateway.expect("gateway listener"))
+            .await
+            .expect("connect to the gateway");
+        let (rd, mut wr) = io.into_split();
+        let uploader = tokio::spawn(async move {
+            let head = format!(
+                "POST /b/up HTTP/1.1\r\nHost: bodies.test\r\nContent-Length: {UPLOAD}\r\n\r\n"
+            );
+            let _ = wr.write_all(head.as_bytes()).await;
+            // One write: the client's socket stays full, so the proxy always has body to send.
+            let _ = wr.write_all(&vec![b'x'; UPLOAD]).await;
+            wr
+        });
+        let mut rd = BufReader::new(rd);
+        let reply = read_response(&mut rd, "POST", DEADLINE)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: reading the early answer: {e}"));
+        assert_eq!(reply.status, 413, "round {round}");
+        assert_eq!(reply.body, b"too large", "round {round}");
+        uploader.abort();
+    }
     upstream.abort();
+}
+
+/// Reads the head and the first MiB of an upload (the proxy is streaming by then), answers 413,
+/// then reads nothing more and keeps the connection open until the test ends.
+async fn answer_early_then_stop_reading(mut io: TcpStream) {
+    let mut got = 0;
+    let mut buf = [0u8; 64 << 10];
+    while got < 1 << 20 {
+        let n = io.read(&mut buf).await.expect("read the upload");
+        assert!(n > 0, "closed mid-upload");
+        got += n;
+    }
+    io.write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\n\r\ntoo large")
+        .await
+        .expect("answer");
+    std::future::pending::<()>().await;
+    drop(io);
 }
