@@ -173,9 +173,14 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
             // Always HTTP/1.1 upstream, whatever the client spoke: an HTTP/1.0 request sent on as
             // 1.0 makes the upstream close the connection after answering, so every request
             // from a 1.0 client (ab, health checkers) paid a fresh upstream connection.
-            parts.version = Version::HTTP_11;
+            if !names_no_host(parts) {
+                parts.version = Version::HTTP_11;
+            }
         }
         UpstreamProto::H2 => {
+            if names_no_host(parts) {
+                return Ok(());
+            }
             if parts.uri.authority().is_none() {
                 let host = parts
                     .headers
@@ -204,6 +209,15 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
         }
     }
     Ok(())
+}
+
+/// An HTTP/1.0 request with no Host and no authority (HTTP/1.1 and HTTP/2 ones were refused):
+/// left at version 1.0, so that the pool, which knows the endpoint, names it as the host
+/// HTTP/1.1 and HTTP/2 require (`EndpointPool::send`).
+fn names_no_host(parts: &Parts) -> bool {
+    parts.version == Version::HTTP_10
+        && parts.uri.authority().is_none()
+        && !parts.headers.contains_key(header::HOST)
 }
 
 /// Forwards a protocol-switch request; on 101 the two upgraded connections are spliced.

@@ -22,7 +22,7 @@ pub async fn request(
     body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
-    if let Err(e) = headers::validate_request(&parts) {
+    if let Err(e) = headers::validate_request(&mut parts) {
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));
     }

@@ -32,7 +32,7 @@ pub async fn request(
         |s| s.default_metrics[1].clone(),
     );
     m.request();
-    if let Err(e) = headers::validate_request(&parts) {
+    if let Err(e) = headers::validate_request(&mut parts) {
         return (m, Err(e));
     }
     let admitted = match svc {

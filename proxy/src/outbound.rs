@@ -26,7 +26,7 @@ pub async fn request(
     body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let mut snap = shared.snapshot();
-    if let Err(e) = headers::validate_request(&parts) {
+    if let Err(e) = headers::validate_request(&mut parts) {
         return (snap.passthrough.clone(), Err(e));
     }
     let host = headers::authority_host(&parts);

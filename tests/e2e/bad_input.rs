@@ -262,7 +262,8 @@ async fn conflicting_lengths_and_non_final_chunked_encodings_get_400() {
 }
 
 #[tokio::test]
-async fn duplicate_or_missing_host_on_http11_gets_400_but_http10_without_host_is_served() {
+async fn duplicate_or_missing_host_on_http11_gets_400_but_http10_without_host_is_served_naming_the_endpoint(
+) {
     let gw = gateway(&[]).await;
     assert_refused(
         &gw,
@@ -282,12 +283,63 @@ async fn duplicate_or_missing_host_on_http11_gets_400_but_http10_without_host_is
         "forwarded as is: {}",
         show(&reply)
     );
+    // HTTP/1.1 upstream needs a Host: the endpoint's address, as a client dialling it sends.
+    let host = format!("\"host\":\"{}\"", gw.backend.addr);
+    assert!(show(&reply).contains(&host), "{}", show(&reply));
     assert_eq!(
         end,
         End::Eof,
         "HTTP/1.0 without keep-alive closes after one"
     );
     assert_eq!(gw.backend.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_host_that_is_not_host_and_port_gets_400_in_the_host_field_or_the_target() {
+    let gw = gateway(&[]).await;
+    assert_refused(
+        &gw,
+        400,
+        &[
+            b"GET / HTTP/1.1\r\nHost: user@echo.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: echo.test evil.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: echo.test:99999\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: echo.test/x\r\n\r\n",
+            b"GET / HTTP/1.0\r\nHost: [::1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a:1:2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"GET http://user@echo.test/ HTTP/1.1\r\nHost: echo.test\r\n\r\n",
+            b"GET http://echo.test:70000/ HTTP/1.1\r\nHost: echo.test\r\n\r\n",
+        ],
+    )
+    .await;
+    let text = gw.proxy.metrics_text().await;
+    let bad_host = weir_tests::metrics::sum(
+        &text,
+        "weir_http1_rejected_heads_total",
+        &[("reason", "bad-host")],
+    );
+    assert_eq!(bad_host, Some(6.0), "{text}");
+}
+
+/// RFC 9112 §3.2.2: an absolute-form target names the host, and a proxy sends on a Host made
+/// from it; the upstream never reads the other host the client's Host named.
+#[tokio::test]
+async fn an_absolute_form_target_is_the_host_the_upstream_sees_whatever_host_said() {
+    let gw = gateway(&[]).await;
+    let mut io = TcpStream::connect(gw.addr).await.expect("connect");
+    io.write_all(b"GET http://echo.test/abs?q=1 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, reply) = read_one_response(&mut io).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply.contains("\"uri\":\"/abs?q=1\""), "{reply}");
+    assert!(reply.contains("\"host\":\"echo.test\""), "{reply}");
+    assert!(!reply.contains("evil.test"), "{reply}");
+    // The connection carries on.
+    io.write_all(b"GET /next HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+        .await
+        .expect("write");
+    assert_eq!(read_one_response(&mut io).await.0, 200);
 }
 
 #[tokio::test]

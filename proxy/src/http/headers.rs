@@ -145,8 +145,12 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
         && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
 }
 
-/// Refuses requests whose framing or target is ambiguous, before anything is forwarded.
-pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
+/// Refuses requests whose framing or target is ambiguous, before anything is forwarded; an
+/// HTTP/1 request in absolute form (`GET http://a/p`) gets its Host from the target.
+pub fn validate_request(parts: &mut Parts) -> Result<(), ProxyError> {
+    if parts.version <= Version::HTTP_11 && parts.uri.authority().is_some() {
+        host_from_target(parts)?;
+    }
     let h = &parts.headers;
     // One pass over the fields rather than three map lookups (~100 instructions each): a
     // request has a handful of fields, and names of the standard ones compare as one byte.
@@ -185,6 +189,11 @@ pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
             } else if parts.uri.authority().is_none() {
                 return Err(ProxyError::BadRequest("missing :authority"));
             }
+            // RFC 9113 §8.3.1: every request but CONNECT has a :path. The h2 crate lets one
+            // without :path or :authority through with an empty path.
+            if parts.uri.path().is_empty() && parts.method != http::Method::CONNECT {
+                return Err(ProxyError::BadRequest("missing :path"));
+            }
             // RFC 9113 §8.2.1: such a request is malformed (an HTTP/1 server that reads it on
             // would trim the value and see another one).
             if h.values().any(|v| edge_whitespace(v.as_bytes())) {
@@ -193,17 +202,40 @@ pub fn validate_request(parts: &Parts) -> Result<(), ProxyError> {
                 ));
             }
             // RFC 9113 §8.3.1: no userinfo in an http(s) :authority; sent on as `Host` it would
-            // name another host to whatever reads it.
-            if parts
-                .uri
-                .authority()
-                .is_some_and(|a| a.as_str().contains('@'))
-            {
-                return Err(ProxyError::BadRequest("userinfo in :authority"));
+            // name another host to whatever reads it. Nor a port no TCP port can be.
+            if let Some(a) = parts.uri.authority().map(|a| a.as_str()) {
+                if a.contains('@') {
+                    return Err(ProxyError::BadRequest("userinfo in :authority"));
+                }
+                if !crate::http::host::is_valid(a.as_bytes()) {
+                    return Err(ProxyError::BadRequest("invalid :authority"));
+                }
             }
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// RFC 9112 §3.2.2: the authority of an absolute-form target (or CONNECT's authority-form) is
+/// the request's host, whatever `Host` says, and a proxy sends on a Host made from it. Routing
+/// already goes by the target ([`authority_host`]); without this the upstream would read
+/// another host from the Host the client sent beside it.
+fn host_from_target(parts: &mut Parts) -> Result<(), ProxyError> {
+    let Some(a) = parts.uri.authority() else {
+        return Ok(());
+    };
+    if a.as_str().contains('@') {
+        return Err(ProxyError::BadRequest("userinfo in the request target"));
+    }
+    if !crate::http::host::is_valid(a.as_str().as_bytes()) {
+        return Err(ProxyError::BadRequest(
+            "invalid authority in the request target",
+        ));
+    }
+    let host = HeaderValue::from_str(a.as_str())
+        .map_err(|_| ProxyError::BadRequest("invalid authority in the request target"))?;
+    parts.headers.insert(header::HOST, host);
     Ok(())
 }
 
@@ -441,11 +473,11 @@ mod tests {
 
     #[test]
     fn ambiguous_requests_are_refused() {
-        let p = parts(Version::HTTP_11, "/", &[("host", "a"), ("host", "b")]);
-        assert!(validate_request(&p).is_err());
-        let p = parts(Version::HTTP_11, "/", &[]);
-        assert!(validate_request(&p).is_err());
-        let p = parts(
+        let mut p = parts(Version::HTTP_11, "/", &[("host", "a"), ("host", "b")]);
+        assert!(validate_request(&mut p).is_err());
+        let mut p = parts(Version::HTTP_11, "/", &[]);
+        assert!(validate_request(&mut p).is_err());
+        let mut p = parts(
             Version::HTTP_11,
             "/",
             &[
@@ -454,21 +486,50 @@ mod tests {
                 ("transfer-encoding", "chunked"),
             ],
         );
-        assert!(validate_request(&p).is_err());
-        let p = parts(Version::HTTP_2, "http://a/", &[("host", "b")]);
-        assert!(validate_request(&p).is_err());
-        let p = parts(Version::HTTP_2, "http://a/", &[("host", "a")]);
-        assert!(validate_request(&p).is_ok());
-        let p = parts(Version::HTTP_10, "/", &[]);
-        assert!(validate_request(&p).is_ok());
+        assert!(validate_request(&mut p).is_err());
+        let mut p = parts(Version::HTTP_2, "http://a/", &[("host", "b")]);
+        assert!(validate_request(&mut p).is_err());
+        let mut p = parts(Version::HTTP_2, "http://a/", &[("host", "a")]);
+        assert!(validate_request(&mut p).is_ok());
+        let mut p = parts(Version::HTTP_10, "/", &[]);
+        assert!(validate_request(&mut p).is_ok());
         for bad in [" v", "v\t", " "] {
-            let p = parts(Version::HTTP_2, "http://a/", &[("x", bad)]);
-            assert!(validate_request(&p).is_err(), "{bad:?}");
+            let mut p = parts(Version::HTTP_2, "http://a/", &[("x", bad)]);
+            assert!(validate_request(&mut p).is_err(), "{bad:?}");
         }
-        let p = parts(Version::HTTP_2, "http://a/", &[("x", "in side"), ("y", "")]);
-        assert!(validate_request(&p).is_ok());
-        let p = parts(Version::HTTP_2, "http://u@a/", &[]);
-        assert!(validate_request(&p).is_err());
+        let mut p = parts(Version::HTTP_2, "http://a/", &[("x", "in side"), ("y", "")]);
+        assert!(validate_request(&mut p).is_ok());
+        let mut p = parts(Version::HTTP_2, "http://u@a/", &[]);
+        assert!(validate_request(&mut p).is_err());
+        let mut p = parts(Version::HTTP_2, "http://a:70000/", &[]);
+        assert!(validate_request(&mut p).is_err());
+        // What the h2 crate makes of a request with neither :path nor :authority.
+        let mut p = parts(Version::HTTP_2, "/", &[("host", "a")]);
+        p.uri = http::Uri::from_parts(http::uri::Parts::default()).expect("an empty uri");
+        assert!(validate_request(&mut p).is_err());
+    }
+
+    #[test]
+    fn an_http1_absolute_target_names_the_host_whatever_host_said() {
+        let mut p = parts(
+            Version::HTTP_11,
+            "http://b.test:81/p",
+            &[("host", "evil.test")],
+        );
+        assert!(validate_request(&mut p).is_ok());
+        assert_eq!(p.headers.get_all(header::HOST).iter().count(), 1);
+        assert_eq!(p.headers[header::HOST], "b.test:81");
+        let mut p = parts(Version::HTTP_10, "http://b.test/p", &[]);
+        assert!(validate_request(&mut p).is_ok());
+        assert_eq!(p.headers[header::HOST], "b.test");
+        for bad in ["http://u@b.test/p", "http://b.test:65536/p"] {
+            let mut p = parts(Version::HTTP_11, bad, &[("host", "b.test")]);
+            assert!(validate_request(&mut p).is_err(), "{bad}");
+        }
+        // Origin form: Host stays as sent.
+        let mut p = parts(Version::HTTP_11, "/p", &[("host", "a.test")]);
+        assert!(validate_request(&mut p).is_ok());
+        assert_eq!(p.headers[header::HOST], "a.test");
     }
 
     #[test]

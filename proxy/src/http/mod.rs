@@ -5,6 +5,7 @@ pub mod front;
 pub mod h1;
 pub mod head_guard;
 pub mod headers;
+pub mod host;
 pub mod park;
 pub mod pool;
 #[cfg(any(test, fuzzing))]

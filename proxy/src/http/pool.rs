@@ -20,7 +20,7 @@ use std::{
 };
 
 use arc_swap::{ArcSwap, ArcSwapOption};
-use http::{request::Parts, Request, Response};
+use http::{header, request::Parts, uri, HeaderValue, Request, Response, Uri, Version};
 use hyper::{body::Incoming, client::conn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::time::Instant;
@@ -174,9 +174,12 @@ impl EndpointPool {
     pub async fn send(
         self: &Arc<Self>,
         conn: Conn,
-        parts: Box<Parts>,
+        mut parts: Box<Parts>,
         body: ProxyBody,
     ) -> Result<Response<ProxyBody>, ProxyError> {
+        if parts.version == Version::HTTP_10 {
+            self.name_endpoint(&mut parts, matches!(conn, Conn::H2(_)))?;
+        }
         match conn {
             Conn::H1 { conn, reused } => {
                 let home: Arc<dyn h1::Home> = self.clone();
@@ -219,6 +222,28 @@ impl EndpointPool {
                 Ok(resp.map(ProxyBody::Incoming))
             }
         }
+    }
+
+    /// An HTTP/1.0 request that named no host (`forward::set_target` leaves only those at 1.0)
+    /// goes out as HTTP/1.1 or HTTP/2, which require one: it names this endpoint, as a client
+    /// that dialled it would (nginx sends its upstream's name the same way).
+    fn name_endpoint(&self, parts: &mut Parts, h2: bool) -> Result<(), ProxyError> {
+        let host = self.addr.to_string();
+        if h2 {
+            let mut p = uri::Parts::default();
+            p.scheme = Some(uri::Scheme::HTTP);
+            p.authority = uri::Authority::try_from(host.as_str()).ok();
+            p.path_and_query = parts.uri.path_and_query().cloned();
+            parts.uri =
+                Uri::from_parts(p).map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+            parts.version = Version::HTTP_2;
+        } else {
+            let v = HeaderValue::from_str(&host)
+                .map_err(|_| ProxyError::BadRequest("invalid endpoint address"))?;
+            parts.headers.insert(header::HOST, v);
+            parts.version = Version::HTTP_11;
+        }
+        Ok(())
     }
 
     fn upstream_failed(&self, source: UpstreamError) -> ProxyError {

@@ -315,9 +315,14 @@ pub fn case(rng: &mut SmallRng, id: usize) -> Case {
         }
         10 => head(&mut c, "invalid field name", field("x a", b"1")),
         11 => {
-            c.authority = Some(format!("user@{AUTHORITY}"));
             c.fields.retain(|(n, _)| n != "host");
-            c.verdict = Verdict::RefuseHead("userinfo in :authority");
+            if rng.gen_bool(0.5) {
+                c.authority = Some(format!("user@{AUTHORITY}"));
+                c.verdict = Verdict::RefuseHead("userinfo in :authority");
+            } else {
+                c.authority = Some(format!("{AUTHORITY}:70000"));
+                c.verdict = Verdict::RefuseHead("a port over 65535 in :authority");
+            }
         }
         12 => {
             c.path = c.path.trim_start_matches('/').to_string();

@@ -96,7 +96,12 @@ fn plan(fields: &[httparse::Header<'_>], http10: bool) -> Option<Plan> {
     for h in fields {
         let (name, value) = (h.name.as_bytes(), h.value.trim_ascii());
         match name.len() {
-            4 if eq_name(name, b"host") => hosts += 1,
+            4 if eq_name(name, b"host") => {
+                if !crate::http::host::is_valid(value) {
+                    return None;
+                }
+                hosts += 1;
+            }
             2 if eq_name(name, b"te") => {
                 plan.trailers = has_token(value, b"trailers");
             }
@@ -195,6 +200,8 @@ mod tests {
             b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 70000\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: x\r\n",
             b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: u@x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x:65536\r\n\r\n",
         ] {
             assert!(
                 read(&Bytes::from_static(head), &mut Names::default()).is_none(),

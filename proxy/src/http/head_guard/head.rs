@@ -35,6 +35,8 @@ pub enum Reject {
     MissingHost,
     /// More than one Host field.
     DuplicateHost,
+    /// A Host value that is not `host[:port]` (userinfo, whitespace, a bad port).
+    BadHost,
     /// A chunked body that breaks the chunk grammar.
     MalformedChunk,
     /// A body the fast path reads whole sent nothing for the header-read timeout (408).
@@ -61,6 +63,7 @@ impl Reject {
             Reject::TransferEncodingOnHttp10 => "transfer-encoding-on-http10",
             Reject::MissingHost => "missing-host",
             Reject::DuplicateHost => "duplicate-host",
+            Reject::BadHost => "bad-host",
             Reject::MalformedChunk => "malformed-chunk",
             Reject::BodyTimeout => "body-timeout",
         }
@@ -217,6 +220,9 @@ pub(crate) fn validate(head: &[u8]) -> Result<Verdict, Reject> {
             }
             chunked = true;
         } else if name.eq_ignore_ascii_case(b"host") {
+            if !crate::http::host::is_valid(value) {
+                return Err(Reject::BadHost);
+            }
             hosts += 1;
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             may_switch = true;

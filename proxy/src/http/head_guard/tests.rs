@@ -47,6 +47,10 @@ const REFUSED: &[(&str, &[u8])] = &[
     ("obs-fold", b"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n"),
     ("missing host", b"GET / HTTP/1.1\r\nX: a\r\n\r\n"),
     ("duplicate host", b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+    ("userinfo in host", b"GET / HTTP/1.1\r\nHost: u@a\r\n\r\n"),
+    ("space in host", b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n"),
+    ("host port over 65535", b"GET / HTTP/1.1\r\nHost: a:99999\r\n\r\n"),
+    ("bad host on http/1.0", b"GET / HTTP/1.0\r\nHost: a/b\r\n\r\n"),
 ];
 
 /// Answers 200 with the request body, or switches protocols on `Upgrade: echo` and echoes.
