@@ -239,7 +239,7 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 /// One request, any direction: the path's stages, then errors become responses here.
 /// `forwarded_for` holds the connection's
 /// [`forwarded_for`](crate::http::headers::forwarded_for) value once the gateway made it.
-/// A request that asks to switch protocols carries a clone of `drain`: the splice that outlives
+/// A request that asks to switch protocols (or a CONNECT) carries a clone of `drain`: the splice that outlives
 /// its connection task holds it, so shutdown waits for an open tunnel (up to the grace period).
 async fn handle(
     shared: &Shared,
@@ -250,7 +250,7 @@ async fn handle(
     body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {
     let start = Instant::now();
-    if parts.headers.contains_key(http::header::UPGRADE) {
+    if crate::http::headers::may_tunnel(&parts) {
         parts.extensions.insert(drain.clone());
         if parts.version <= http::Version::HTTP_11 {
             // SAFETY: an HTTP/1 request's handler runs inside its connection's task, which owns

@@ -24,6 +24,10 @@ pub enum ProxyError {
     /// timeout (nginx's `client_body_timeout`); never forwarded.
     #[error("the request body stalled")]
     BodyTimeout,
+    /// A CONNECT on the gateway, which tunnels for no one (405, and the connection closes:
+    /// bytes the client sent after it would be read as a request).
+    #[error("CONNECT is not served on the gateway")]
+    ConnectRefused,
     /// No gateway route matches the request.
     #[error("no route matches the request")]
     NoRoute,
@@ -151,7 +155,9 @@ impl ProxyError {
     /// body broke off), so breakers and the balancer count nothing.
     pub fn is_client_side(&self) -> bool {
         match self {
-            ProxyError::BadRequest(_) | ProxyError::BodyTimeout => true,
+            ProxyError::BadRequest(_) | ProxyError::BodyTimeout | ProxyError::ConnectRefused => {
+                true
+            }
             ProxyError::Upstream { source, .. } => source.is_client_side(),
             _ => false,
         }
@@ -168,6 +174,7 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(_) => "bad-request",
             ProxyError::BodyTimeout => "request-body-timeout",
+            ProxyError::ConnectRefused => "connect-refused",
             ProxyError::NoRoute => "no-route",
             ProxyError::NoBackend => "no-backend",
             ProxyError::UnknownService(_) => "unknown-service",
@@ -189,6 +196,7 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ProxyError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::ConnectRefused => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::NoBackend => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::UnknownService(_)
@@ -245,6 +253,13 @@ pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
     };
     resp.headers_mut()
         .insert(ERROR_HEADER, HeaderValue::from_static(e.name()));
+    if let ProxyError::ConnectRefused = e {
+        // RFC 9110 §15.5.6: a 405 lists what the target does take.
+        resp.headers_mut().insert(
+            http::header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH"),
+        );
+    }
     if let ProxyError::RateLimited(wait) = e {
         resp.headers_mut()
             .insert(http::header::RETRY_AFTER, wait.header_value());

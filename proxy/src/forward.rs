@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use http::{header, request::Parts, uri, Request, Response, StatusCode, Uri, Version};
+use http::{header, request::Parts, uri, Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
@@ -81,11 +81,14 @@ pub async fn to_endpoint(
     send(&pool, None, conn, parts, body, upgrade).await
 }
 
-/// Header hygiene and request target for the upstream; returns whether this is an upgrade.
+/// Header hygiene and request target for the upstream; returns whether this is an upgrade (or
+/// a CONNECT, from either HTTP version: both become a tunnel on a 2xx/101 answer).
 pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
-    let upgrade = parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
+    let upgrade = parts.method == Method::CONNECT
+        || parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
     // An upgrade goes out over HTTP/1.1 (`EndpointPool::send_upgrade`) whatever the service
-    // speaks, so it needs HTTP/1.1's target: origin-form with Host, not h2's absolute form.
+    // speaks, so it needs HTTP/1.1's target: origin-form with Host, not h2's absolute form
+    // (CONNECT keeps its authority-form target).
     let proto = if upgrade { UpstreamProto::Http1 } else { proto };
     strip_hop_by_hop(&mut parts.headers, upgrade, proto == UpstreamProto::H2);
     set_target(parts, proto)?;
@@ -163,12 +166,15 @@ fn set_target(parts: &mut Parts, proto: UpstreamProto) -> Result<(), ProxyError>
                         parts.headers.insert(header::HOST, v);
                     }
                 }
-                let pq = parts
-                    .uri
-                    .path_and_query()
-                    .cloned()
-                    .unwrap_or_else(|| uri::PathAndQuery::from_static("/"));
-                parts.uri = Uri::from(pq);
+                // CONNECT's target is the authority alone (RFC 9112 §3.2.3).
+                if parts.method != Method::CONNECT {
+                    let pq = parts
+                        .uri
+                        .path_and_query()
+                        .cloned()
+                        .unwrap_or_else(|| uri::PathAndQuery::from_static("/"));
+                    parts.uri = Uri::from(pq);
+                }
             }
             // Always HTTP/1.1 upstream, whatever the client spoke: an HTTP/1.0 request sent on as
             // 1.0 makes the upstream close the connection after answering, so every request
@@ -220,7 +226,8 @@ fn names_no_host(parts: &Parts) -> bool {
         && !parts.headers.contains_key(header::HOST)
 }
 
-/// Forwards a protocol-switch request; on 101 the two upgraded connections are spliced.
+/// Forwards a protocol-switch request or a CONNECT; on 101 (a CONNECT's 2xx) the two upgraded
+/// connections are spliced.
 async fn upgrade_and_forward(
     pool: &EndpointPool,
     parts: Box<Parts>,
@@ -236,10 +243,22 @@ async fn upgrade_and_forward(
     let idle = parts.extensions.remove::<crate::idle::SpliceIdle>();
     let drain = parts.extensions.remove::<crate::drain::Drain>();
     let reset_down = parts.extensions.remove::<ResetHandle>();
+    let connect = parts.method == Method::CONNECT;
     let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     let reset_up = resp.extensions_mut().remove::<ResetHandle>();
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+    let tunnel = if connect {
+        resp.status().is_success()
+    } else {
+        resp.status() == StatusCode::SWITCHING_PROTOCOLS
+    };
+    if tunnel {
+        if connect {
+            // A 2xx to CONNECT has no body whatever it says (RFC 9110 §9.3.6), and hyper's
+            // server refuses to write one that claims a length.
+            resp.headers_mut().remove(header::CONTENT_LENGTH);
+            resp.headers_mut().remove(header::TRANSFER_ENCODING);
+        }
         let upstream = hyper::upgrade::on(&mut resp);
         tokio::spawn(async move {
             // Shutdown waits for the tunnel to end, as for a request in flight.

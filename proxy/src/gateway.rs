@@ -22,6 +22,14 @@ pub async fn request(
     body: ProxyBody,
 ) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
     let snap = shared.snapshot();
+    // The gateway routes to services; it is no forward proxy for whoever reaches the edge.
+    if parts.method == http::Method::CONNECT {
+        snap.gateway_unmatched.request();
+        return (
+            snap.gateway_unmatched.clone(),
+            Err(ProxyError::ConnectRefused),
+        );
+    }
     if let Err(e) = headers::validate_request(&mut parts) {
         snap.gateway_unmatched.request();
         return (snap.gateway_unmatched.clone(), Err(e));

@@ -29,7 +29,13 @@ pub async fn request(
     if let Err(e) = headers::validate_request(&mut parts) {
         return (snap.passthrough.clone(), Err(e));
     }
-    let host = headers::authority_host(&parts);
+    // A CONNECT's authority is where the tunnel goes beyond the server it addressed (a
+    // forward proxy, say), so it is found by its original destination alone.
+    let host = if parts.method == http::Method::CONNECT {
+        None
+    } else {
+        headers::authority_host(&parts)
+    };
     if let Some(control) = shared.control() {
         let dst = conn.orig_dst.map(|d| d.0);
         if find(&snap, conn.orig_dst, host).is_some() {

@@ -4,6 +4,7 @@ mod admin;
 mod bad_input;
 mod bodies;
 mod breaker;
+mod connect;
 mod control;
 mod cpu_level;
 mod gateway;

@@ -139,6 +139,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
     }
 }
 
+/// Whether the request may turn its connection into a tunnel: it carries `Upgrade`, or it is a
+/// CONNECT (whose 2xx answer makes the connection the tunnel, RFC 9110 §9.3.6).
+pub fn may_tunnel(parts: &Parts) -> bool {
+    parts.method == http::Method::CONNECT || parts.headers.contains_key(header::UPGRADE)
+}
+
 /// Whether the request asks to switch protocols (`Connection: upgrade` + `Upgrade`).
 pub fn wants_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)

@@ -4,7 +4,7 @@
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
-use http::{header, request::Parts};
+use http::request::Parts;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{
@@ -16,10 +16,10 @@ use crate::{
 #[derive(Debug, Clone, Copy)]
 pub struct SpliceIdle(pub Duration);
 
-/// Marks an upgrade request with its idle timeout; other requests are left untouched, so they
-/// pay for no extensions map.
+/// Marks an upgrade or CONNECT request with its idle timeout; other requests are left
+/// untouched, so they pay for no extensions map.
 pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>) {
-    if let Some(d) = idle.filter(|_| parts.headers.contains_key(header::UPGRADE)) {
+    if let Some(d) = idle.filter(|_| crate::http::headers::may_tunnel(parts)) {
         parts.extensions.insert(SpliceIdle(d));
     }
 }
@@ -116,16 +116,24 @@ mod tests {
     }
 
     #[test]
-    fn only_upgrade_requests_carry_the_timeout() {
+    fn only_upgrade_and_connect_requests_carry_the_timeout() {
         let (mut plain, ()) = http::Request::new(()).into_parts();
         for_upgrade(&mut plain, Some(MS));
         assert!(plain.extensions.get::<SpliceIdle>().is_none());
         let (mut up, ()) = http::Request::builder()
-            .header(header::UPGRADE, "websocket")
+            .header(http::header::UPGRADE, "websocket")
             .body(())
             .expect("request")
             .into_parts();
         for_upgrade(&mut up, Some(MS));
         assert!(up.extensions.get::<SpliceIdle>().is_some());
+        let (mut connect, ()) = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("db.test:5432")
+            .body(())
+            .expect("request")
+            .into_parts();
+        for_upgrade(&mut connect, Some(MS));
+        assert!(connect.extensions.get::<SpliceIdle>().is_some());
     }
 }
