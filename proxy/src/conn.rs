@@ -21,7 +21,7 @@ use crate::{
     addr::ClientAddr,
     app::{ConnInfo, Shared},
     drain::Drain,
-    error::rescue,
+    error::{rescue, Audience},
     http::{front, headers::is_grpc, server},
     metrics::{self as m, Direction},
     tcp,
@@ -275,7 +275,11 @@ async fn handle(
     let resp = result.unwrap_or_else(|e| {
         tracing::debug!(error = %e, "request failed");
         metrics.proxy_error(e.name());
-        rescue(&e, grpc)
+        let audience = match conn.direction {
+            Direction::Gateway => Audience::Edge,
+            Direction::Outbound | Direction::Inbound => Audience::Mesh,
+        };
+        rescue(&e, grpc, audience)
     });
     crate::classify::count(&metrics, resp, start.elapsed().as_secs_f64())
 }

@@ -227,9 +227,42 @@ impl ProxyError {
     }
 }
 
+/// Who reads an error's account: another workload of the mesh (outbound, inbound), or a client
+/// at the edge (the gateway), which learns the cause but nothing of the mesh's insides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// The whole account: endpoint addresses, service names, the OS error.
+    Mesh,
+    /// The cause alone (`weir-proxy-error` is the same); the whole account goes to the log.
+    Edge,
+}
+
+impl ProxyError {
+    /// The response body's (or `grpc-message`'s) account of the error for `audience`.
+    fn account(&self, audience: Audience) -> std::borrow::Cow<'static, str> {
+        let edge = match self {
+            _ if audience == Audience::Mesh => None,
+            ProxyError::UnknownService(_) => Some("the route's backend service is unknown"),
+            ProxyError::NoEndpoints(_) => Some("no ready endpoint for the route's backend"),
+            ProxyError::NoReadyEndpoints(_) => {
+                Some("every endpoint of the route's backend is ejected")
+            }
+            ProxyError::Connect { .. } => Some("connect to the upstream failed"),
+            ProxyError::Upstream { source, .. } if source.is_client_side() => {
+                Some("the request body failed")
+            }
+            ProxyError::Upstream { .. } => Some("the upstream failed"),
+            ProxyError::Handshake { .. } => Some("the upstream handshake failed"),
+            _ => None,
+        };
+        edge.map_or_else(|| self.to_string().into(), Into::into)
+    }
+}
+
 /// The one map from errors to responses. gRPC clients get a trailers-only response whose
-/// `grpc-status` they understand; everyone gets `weir-proxy-error`.
-pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
+/// `grpc-status` they understand; everyone gets `weir-proxy-error`; `audience` decides how
+/// much the account says.
+pub fn rescue(e: &ProxyError, grpc: bool, audience: Audience) -> Response<ProxyBody> {
     let mut resp = if grpc {
         let mut r = Response::new(ProxyBody::empty());
         let h = r.headers_mut();
@@ -238,12 +271,12 @@ pub fn rescue(e: &ProxyError, grpc: bool) -> Response<ProxyBody> {
             HeaderValue::from_static("application/grpc"),
         );
         h.insert("grpc-status", HeaderValue::from_static(e.grpc_status()));
-        if let Ok(msg) = HeaderValue::from_str(&e.to_string()) {
+        if let Ok(msg) = HeaderValue::from_str(&e.account(audience)) {
             h.insert("grpc-message", msg);
         }
         r
     } else {
-        let mut r = Response::new(ProxyBody::full(format!("{e}\n")));
+        let mut r = Response::new(ProxyBody::full(format!("{}\n", e.account(audience))));
         *r.status_mut() = e.status();
         r.headers_mut().insert(
             http::header::CONTENT_TYPE,
@@ -282,14 +315,14 @@ mod tests {
             source: io::ErrorKind::ConnectionRefused.into(),
         };
         assert!(e.is_retryable());
-        let r = rescue(&e, false);
+        let r = rescue(&e, false, Audience::Mesh);
         assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(r.headers()[ERROR_HEADER], "connect-failed");
     }
 
     #[test]
     fn grpc_clients_get_a_grpc_status() {
-        let r = rescue(&ProxyError::NoEndpoints("svc".into()), true);
+        let r = rescue(&ProxyError::NoEndpoints("svc".into()), true, Audience::Mesh);
         assert_eq!(r.status(), StatusCode::OK);
         assert_eq!(r.headers()["grpc-status"], "14");
     }
@@ -304,10 +337,10 @@ mod tests {
         ] {
             let e = ProxyError::Timeout(kind);
             assert!(!e.is_retryable(), "the upstream may have acted on it");
-            let r = rescue(&e, false);
+            let r = rescue(&e, false, Audience::Mesh);
             assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
             assert_eq!(r.headers()[ERROR_HEADER], kind.name());
-            let g = rescue(&e, true);
+            let g = rescue(&e, true, Audience::Mesh);
             assert_eq!(g.status(), StatusCode::OK);
             assert_eq!(g.headers()["grpc-status"], "4");
         }
@@ -316,20 +349,20 @@ mod tests {
     #[test]
     fn a_rate_limited_request_gets_429_with_retry_after_or_resource_exhausted() {
         let e = ProxyError::RateLimited(RetryAfter(std::time::Duration::from_millis(1500)));
-        let r = rescue(&e, false);
+        let r = rescue(&e, false, Audience::Mesh);
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
         assert_eq!(r.headers()[ERROR_HEADER], "rate-limited");
-        let g = rescue(&e, true);
+        let g = rescue(&e, true, Audience::Mesh);
         assert_eq!(g.headers()["grpc-status"], "8");
     }
 
     #[test]
     fn shed_requests_name_why_in_the_error_header() {
-        let r = rescue(&ProxyError::Shed(Shed::QueueFull), false);
+        let r = rescue(&ProxyError::Shed(Shed::QueueFull), false, Audience::Mesh);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[ERROR_HEADER], "overloaded");
-        let r = rescue(&ProxyError::RouteCircuitOpen, true);
+        let r = rescue(&ProxyError::RouteCircuitOpen, true, Audience::Mesh);
         assert_eq!(r.headers()["grpc-status"], "14");
         assert_eq!(r.headers()[ERROR_HEADER], "route-circuit-open");
     }
@@ -343,11 +376,14 @@ mod tests {
         };
         assert!(e.is_client_side() && !e.is_retryable());
         assert_eq!(crate::resilience::outcome::error_is_failure(&e), None);
-        let r = rescue(&e, false);
+        let r = rescue(&e, false, Audience::Mesh);
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         assert_eq!(r.headers()[ERROR_HEADER], "request-body-failed");
         assert_eq!(r.headers()[http::header::CONNECTION], "close");
-        assert_eq!(rescue(&e, true).headers()["grpc-status"], "13");
+        assert_eq!(
+            rescue(&e, true, Audience::Mesh).headers()["grpc-status"],
+            "13"
+        );
         let reset = ProxyError::Upstream {
             addr: EndpointAddr(([127, 0, 0, 1], 1).into()),
             source: crate::http::h1::Error::Closed.into(),
@@ -360,8 +396,70 @@ mod tests {
     }
 
     #[test]
+    fn at_the_edge_the_account_names_no_address_service_or_os_error() {
+        let addr = EndpointAddr(([10, 1, 2, 3], 8080).into());
+        for (e, edge) in [
+            (
+                ProxyError::Connect {
+                    addr,
+                    source: io::ErrorKind::ConnectionRefused.into(),
+                },
+                "connect to the upstream failed\n",
+            ),
+            (
+                ProxyError::Upstream {
+                    addr,
+                    source: crate::http::h1::Error::Closed.into(),
+                },
+                "the upstream failed\n",
+            ),
+            (
+                ProxyError::NoEndpoints("billing.internal".into()),
+                "no ready endpoint for the route's backend\n",
+            ),
+            (
+                ProxyError::UnknownService("billing.internal".into()),
+                "the route's backend service is unknown\n",
+            ),
+        ] {
+            let body = body_text;
+            let mesh = rescue(&e, false, Audience::Mesh);
+            let name = mesh.headers()[ERROR_HEADER].clone();
+            let inside = body(mesh);
+            assert!(
+                inside.contains("10.1.2.3:8080") || inside.contains("billing.internal"),
+                "{inside}"
+            );
+            let r = rescue(&e, false, Audience::Edge);
+            assert_eq!(r.headers()[ERROR_HEADER], name, "the same cause");
+            assert_eq!(body(r), edge);
+            let g = rescue(&e, true, Audience::Edge);
+            let msg = g.headers()["grpc-message"]
+                .to_str()
+                .expect("ascii")
+                .to_owned();
+            assert_eq!(format!("{msg}\n"), edge);
+        }
+        // What names nothing inside reads the same at the edge.
+        let e = ProxyError::BadRequest("duplicate Host");
+        let r = rescue(&e, false, Audience::Edge);
+        assert_eq!(body_text(r), "malformed request: duplicate Host\n");
+    }
+
+    fn body_text(r: Response<ProxyBody>) -> String {
+        match r.into_body() {
+            ProxyBody::Full(Some(b)) => String::from_utf8_lossy(&b).into_owned(),
+            _ => panic!("a whole body"),
+        }
+    }
+
+    #[test]
     fn bad_requests_close_the_connection() {
-        let r = rescue(&ProxyError::BadRequest("duplicate Host"), false);
+        let r = rescue(
+            &ProxyError::BadRequest("duplicate Host"),
+            false,
+            Audience::Mesh,
+        );
         assert_eq!(r.status(), StatusCode::BAD_REQUEST);
         assert_eq!(r.headers()[http::header::CONNECTION], "close");
     }

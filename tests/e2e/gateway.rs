@@ -567,6 +567,55 @@ async fn unmatched_request_gets_404_no_route() {
     );
 }
 
+/// Clients at the edge learn the cause (the header, the status) but never an endpoint's
+/// address, a service's name or an OS error.
+#[tokio::test]
+async fn gateway_error_answers_name_the_cause_and_nothing_inside_the_mesh() {
+    // A port nothing listens on: bound, then closed.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind")
+        .local_addr()
+        .expect("bound");
+    let routes = "    - name: dead
+      matches: [{ path: { type: PathPrefix, value: /dead } }]
+      backendRefs: [{ name: billing-internal }]
+    - name: empty
+      matches: [{ path: { type: PathPrefix, value: /empty } }]
+      backendRefs: [{ name: ledger-internal }]
+";
+    let yaml = registry(
+        &[
+            service("billing-internal", &[dead]),
+            service("ledger-internal", &[]),
+        ],
+        routes,
+    );
+    let (_proxy, gw) = gateway_proxy(&yaml).await;
+    for (path, status, cause, account) in [
+        (
+            "/dead",
+            StatusCode::BAD_GATEWAY,
+            "connect-failed",
+            "connect to the upstream failed\n",
+        ),
+        (
+            "/empty",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no-endpoints",
+            "no ready endpoint for the route's backend\n",
+        ),
+    ] {
+        let reply = gw_get(gw, path).await;
+        assert_eq!(reply.status, status, "{path}: {}", reply.body);
+        assert_eq!(reply.header("weir-proxy-error"), Some(cause), "{path}");
+        assert_eq!(reply.body, account, "{path}");
+        for inside in [dead.to_string(), "internal".into(), "os error".into()] {
+            assert!(!reply.body.contains(&inside), "{path}: {}", reply.body);
+        }
+    }
+}
+
 #[tokio::test]
 async fn gateway_adds_forwarded_headers_and_keeps_the_client_host() {
     require!(tool "nginx");

@@ -362,7 +362,8 @@ impl Front {
 
     /// Answers a refused request with its error and closes the connection.
     async fn refuse(&mut self, r: Refusal) {
-        let resp = error::rescue(&r.error, false);
+        // A refusal's account is the request's own fault, which names nothing inside.
+        let resp = error::rescue(&r.error, false, error::Audience::Edge);
         let _ = self.respond(resp, &r.method, r.plan, true).await;
         let _ = self.io.shutdown().await;
     }
