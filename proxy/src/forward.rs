@@ -146,6 +146,11 @@ pub(crate) async fn exchange(
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         strip_hop_by_hop(resp.headers_mut(), false, false);
     }
+    if resp.status() == StatusCode::NO_CONTENT {
+        // RFC 9110 §8.6: never on a 204. An upstream's would reach the client, which may wait
+        // for that many body bytes.
+        resp.headers_mut().remove(header::CONTENT_LENGTH);
+    }
     Ok(resp)
 }
 

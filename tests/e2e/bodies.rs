@@ -7,7 +7,7 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use weir_tests::backend::pattern_fnv1a64;
@@ -305,6 +305,90 @@ async fn head_and_204_responses_leave_the_connection_usable() {
     assert_eq!(after.status, 200);
     assert_eq!(after.json()["uri"], "/after");
     assert_eq!(backend.requests(), 3);
+}
+
+/// An upstream that answers each bodiless request with the canned response its path names,
+/// keeping the connection open.
+async fn canned_upstream() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((io, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut io = BufReader::new(io);
+                loop {
+                    let mut target = None;
+                    loop {
+                        let mut line = String::new();
+                        if io.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        target = target.or_else(|| line.split(' ').nth(1).map(str::to_owned));
+                    }
+                    let reply: &[u8] = match target.as_deref() {
+                        Some("/gzip-chunked") => {
+                            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"
+                        }
+                        Some("/no-content-with-length") => {
+                            b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"
+                        }
+                        _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                    };
+                    if io.get_mut().write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A response framed by a coding besides `chunked` is refused (the proxy re-frames bodies and
+/// drops `Transfer-Encoding`, so the client would get the coding applied but unnamed); a 204
+/// loses the `Content-Length` it may not carry, and the connection carries on.
+#[tokio::test]
+async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_length() {
+    let upstream = canned_upstream().await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream])]))
+        .gateway(true)
+        .start()
+        .await;
+    let mut io = raw(&proxy).await;
+    write(
+        &mut io,
+        b"GET /b/gzip-chunked HTTP/1.1\r\nHost: bodies.test\r\n\r\n",
+    )
+    .await;
+    let coded = response(&mut io, "GET").await;
+    assert_eq!(coded.status, 502);
+    assert_eq!(coded.header("weir-proxy-error"), Some("upstream-failed"));
+
+    let mut io = raw(&proxy).await;
+    for _ in 0..2 {
+        write(
+            &mut io,
+            b"GET /b/no-content-with-length HTTP/1.1\r\nHost: bodies.test\r\n\r\n",
+        )
+        .await;
+        let none = response(&mut io, "GET").await;
+        assert_eq!(none.status, 204);
+        assert_eq!(none.header("content-length"), None, "{none:?}");
+    }
+    write(
+        &mut io,
+        b"GET /b/after HTTP/1.1\r\nHost: bodies.test\r\n\r\n",
+    )
+    .await;
+    let after = response(&mut io, "GET").await;
+    assert_eq!(
+        (after.status, after.body.as_slice()),
+        (200, b"ok".as_slice())
+    );
 }
 
 /// An upstream that answers while the upload is still coming (a 413 after its first MiB) and

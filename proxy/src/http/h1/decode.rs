@@ -241,8 +241,8 @@ fn parsed_value(b: Bytes) -> HeaderValue {
 #[derive(Debug, Default)]
 struct Facts {
     length: Option<u64>,
+    /// `Transfer-Encoding: chunked` (the only coding taken).
     transfer_encoding: bool,
-    chunked_last: bool,
     close: bool,
     keep_alive: bool,
     /// `Connection` names a field other than itself: the header map gets every field, and the
@@ -255,12 +255,17 @@ impl Facts {
         if eq_name(name, b"content-length") {
             self.content_length(value)?;
         } else if eq_name(name, b"transfer-encoding") {
-            self.transfer_encoding = true;
-            // The last coding of the last field decides (RFC 9112 §6.3).
-            self.chunked_last = value
-                .rsplit(|&b| b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            // Only `chunked`, once: the proxy re-frames every body it forwards and drops this
+            // field (hop-by-hop), so any other coding (`gzip, chunked`) would reach the client
+            // still applied but no longer named. nginx refuses such a response the same way.
+            for coding in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if !coding.eq_ignore_ascii_case(b"chunked") || self.transfer_encoding {
+                    return Err(Error::Protocol(
+                        "response Transfer-Encoding other than one chunked",
+                    ));
+                }
+                self.transfer_encoding = true;
+            }
         } else if eq_name(name, b"connection") {
             for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 if token.eq_ignore_ascii_case(b"close") {
@@ -317,11 +322,7 @@ impl Facts {
                     "response has both Transfer-Encoding and Content-Length",
                 ));
             }
-            if self.chunked_last {
-                BodyFraming::Chunked
-            } else {
-                BodyFraming::UntilClose
-            }
+            BodyFraming::Chunked
         } else {
             match self.length {
                 Some(0) => BodyFraming::Empty,
@@ -472,12 +473,8 @@ mod tests {
     #[test]
     fn framing_follows_rfc_9112() {
         assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n"),
             BodyFraming::Chunked
-        );
-        assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"),
-            BodyFraming::UntilClose
         );
         assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), BodyFraming::UntilClose);
         assert_eq!(
@@ -505,6 +502,11 @@ mod tests {
             "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
             "HTTP/1.1 999x OK\r\n\r\n",
             "HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+            // Codings the proxy would drop the name of while leaving them applied.
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
         ] {
             assert!(parse(bad, false).is_err(), "{bad:?}");
         }
