@@ -239,8 +239,10 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
 /// One request, any direction: the path's stages, then errors become responses here.
 /// `forwarded_for` holds the connection's
 /// [`forwarded_for`](crate::http::headers::forwarded_for) value once the gateway made it.
-/// A request that asks to switch protocols (or a CONNECT) carries a clone of `drain`: the splice that outlives
-/// its connection task holds it, so shutdown waits for an open tunnel (up to the grace period).
+/// A request that asks to switch protocols (or a CONNECT) carries a clone of `drain`, which is
+/// also how the later stages know it may tunnel (`headers::marked_to_tunnel`): the splice that
+/// outlives its connection task holds it, so shutdown waits for an open tunnel (up to the grace
+/// period).
 async fn handle(
     shared: &Shared,
     conn: &ConnInfo,

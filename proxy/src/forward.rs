@@ -17,7 +17,7 @@ use crate::{
     error::ProxyError,
     http::{
         body::ProxyBody,
-        headers::{join_cookies, strip_hop_by_hop, wants_upgrade},
+        headers::{join_cookies, marked_to_tunnel, strip_hop_by_hop, wants_upgrade},
         pool::{Conn, EndpointPool, UpstreamProto},
         trailers::Cleaned,
     },
@@ -84,8 +84,9 @@ pub async fn to_endpoint(
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade (or
 /// a CONNECT, from either HTTP version: both become a tunnel on a 2xx/101 answer).
 pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
-    let upgrade = parts.method == Method::CONNECT
-        || parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers);
+    let upgrade = marked_to_tunnel(parts)
+        && (parts.method == Method::CONNECT
+            || parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers));
     // An upgrade goes out over HTTP/1.1 (`EndpointPool::send_upgrade`) whatever the service
     // speaks, so it needs HTTP/1.1's target: origin-form with Host, not h2's absolute form
     // (CONNECT keeps its authority-form target).

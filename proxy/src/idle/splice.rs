@@ -16,10 +16,10 @@ use crate::{
 #[derive(Debug, Clone, Copy)]
 pub struct SpliceIdle(pub Duration);
 
-/// Marks an upgrade or CONNECT request with its idle timeout; other requests are left
+/// Marks an upgrade or CONNECT request (as `conn::handle` marked it) with its idle timeout; other requests are left
 /// untouched, so they pay for no extensions map.
 pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>) {
-    if let Some(d) = idle.filter(|_| crate::http::headers::may_tunnel(parts)) {
+    if let Some(d) = idle.filter(|_| crate::http::headers::marked_to_tunnel(parts)) {
         parts.extensions.insert(SpliceIdle(d));
     }
 }
@@ -125,6 +125,8 @@ mod tests {
             .body(())
             .expect("request")
             .into_parts();
+        let (_tx, drain) = crate::drain::channel();
+        up.extensions.insert(drain.clone());
         for_upgrade(&mut up, Some(MS));
         assert!(up.extensions.get::<SpliceIdle>().is_some());
         let (mut connect, ()) = http::Request::builder()
@@ -133,6 +135,7 @@ mod tests {
             .body(())
             .expect("request")
             .into_parts();
+        connect.extensions.insert(drain);
         for_upgrade(&mut connect, Some(MS));
         assert!(connect.extensions.get::<SpliceIdle>().is_some());
     }
