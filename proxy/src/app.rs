@@ -174,6 +174,7 @@ impl App {
                 idle_timeout: config.pool_idle_timeout,
                 max_idle: config.pool_max_idle_per_endpoint,
                 h2_max_header_list_size: config.h2.max_header_list_size,
+                header_case: config.http1_header_case,
             }),
             server: ServerConfig::from(&config),
             inbound_unknown: RouteMetrics::new(Direction::Inbound, "unknown", "default"),

@@ -67,6 +67,8 @@ pub struct Config {
     pub registry_poll: Duration,
     /// How request paths are normalised before routes are matched (and as forwarded).
     pub path_normalization: PathNormalization,
+    /// How header names are spelled in the HTTP/1 messages the proxy writes.
+    pub http1_header_case: crate::http::h1::case::HeaderCase,
 }
 
 /// Every HTTP/2 limit the server enforces, set explicitly rather than inherited.
@@ -137,6 +139,7 @@ impl Default for Config {
             h2: H2Limits::default(),
             registry_poll: Duration::from_millis(250),
             path_normalization: PathNormalization::default(),
+            http1_header_case: crate::http::h1::case::HeaderCase::default(),
         }
     }
 }

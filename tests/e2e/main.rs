@@ -15,6 +15,7 @@ mod h2;
 mod h2_abuse;
 mod h2_downgrade;
 mod h2_upstream;
+mod header_case;
 mod idle;
 mod idle_memory;
 mod infra;

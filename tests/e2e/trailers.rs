@@ -68,3 +68,80 @@ async fn request_trailers_lose_framing_auth_hop_by_hop_and_the_routes_own_fields
         );
     }
 }
+
+/// An HTTP/1 upstream's chunked answer with a declared trailer, after reading a request to its
+/// end (a chunked one to its last chunk).
+async fn trailer_upstream() -> std::net::SocketAddr {
+    use tokio::io::AsyncBufReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((io, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut io = BufReader::new(io);
+                loop {
+                    let (mut head, mut line) = (String::new(), String::new());
+                    while line != "\r\n" {
+                        line.clear();
+                        if io.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push_str(&line.to_ascii_lowercase());
+                    }
+                    if head.contains("transfer-encoding: chunked") {
+                        while line != "0\r\n" {
+                            line.clear();
+                            if io.read_line(&mut line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                        }
+                        let _ = io.read_line(&mut line).await;
+                    }
+                    let _ = io
+                        .get_mut()
+                        .write_all(b"HTTP/1.1 200 OK\r\nTrailer: x-checksum\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nx-checksum: 9\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Both HTTP/1 server paths pass an upstream's declared response trailers to a client that
+/// accepts them: the fast path (a plain GET) and hyper's (after a chunked upload), which writes
+/// only what the response's `Trailer` declares (the proxy once dropped that field as
+/// hop-by-hop, and with it every trailer there).
+#[tokio::test]
+async fn declared_response_trailers_reach_an_http1_client_after_a_plain_or_a_chunked_request() {
+    let upstream = trailer_upstream().await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(weir_tests::registry::gateway_prefixes(&[
+            weir_tests::registry::strip("/t", "trailing", &[upstream]),
+        ]))
+        .gateway(true)
+        .start()
+        .await;
+    for request in [
+        &b"GET /t/plain HTTP/1.1\r\nHost: trailing.test\r\nTE: trailers\r\n\r\n"[..],
+        b"POST /t/up HTTP/1.1\r\nHost: trailing.test\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    ] {
+        let mut io = TcpStream::connect(proxy.gateway.expect("gateway"))
+            .await
+            .expect("connect");
+        io.write_all(request).await.expect("write");
+        let mut rd = BufReader::new(io);
+        let method = if request.starts_with(b"GET") { "GET" } else { "POST" };
+        let resp = raw_http1::read_response(&mut rd, method, DEADLINE)
+            .await
+            .expect("a response");
+        assert_eq!((resp.status, resp.body.as_slice()), (200, b"ok".as_slice()));
+        assert_eq!(
+            resp.trailers,
+            [("x-checksum".to_string(), "9".to_string())],
+            "{method}: {resp:?}"
+        );
+    }
+}

@@ -175,6 +175,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "WEIR_PROXY_PATH_NORMALIZATION",
         "request paths normalised before routing and as forwarded: none, base, merge_slashes or decode_and_merge_slashes (default merge_slashes)",
     ),
+    (
+        "WEIR_PROXY_HTTP1_HEADER_CASE",
+        "how header names are spelled in the HTTP/1 requests and responses the proxy writes: lower or title (default lower)",
+    ),
 ];
 
 /// All the variables that could not be read, each named.
@@ -332,6 +336,11 @@ impl Config {
             path_normalization: r.parse(
                 "WEIR_PROXY_PATH_NORMALIZATION",
                 d.path_normalization,
+                str::parse,
+            ),
+            http1_header_case: r.parse(
+                "WEIR_PROXY_HTTP1_HEADER_CASE",
+                d.http1_header_case,
                 str::parse,
             ),
         };

@@ -11,13 +11,14 @@ use http::{
 
 use crate::error::ProxyError;
 
-/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 7] = [
+/// Headers that describe one connection, never forwarded (RFC 9110 §7.6.1). Not `Trailer`
+/// (hop-by-hop only in RFC 2616): it declares the message's trailer fields, and hyper's server
+/// sends an HTTP/1 client only the trailers a response declares there.
+const HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::TE,
-    header::TRAILER,
     header::TRANSFER_ENCODING,
     header::UPGRADE,
 ];

@@ -67,6 +67,8 @@ pub struct PoolConfig {
     /// Largest response header list an HTTP/2 upstream may send (SETTINGS_MAX_HEADER_LIST_SIZE):
     /// the limit clients get, so a head that reaches an HTTP/1 upstream's client reaches this too.
     pub h2_max_header_list_size: u32,
+    /// How HTTP/1 request heads spell header names (upgrades too, through hyper).
+    pub header_case: h1::case::HeaderCase,
 }
 
 struct Idle {
@@ -304,7 +306,7 @@ impl EndpointPool {
                 addr: self.addr,
                 source,
             })?;
-        Ok(h1::Conn::new(io))
+        Ok(h1::Conn::new(io, self.config.header_case))
     }
 
     async fn connect(&self) -> Result<TokioIo<tokio::net::TcpStream>, ProxyError> {
@@ -371,6 +373,7 @@ impl EndpointPool {
         // For the splice after a 101: a reset on the client's side is passed on as one.
         let reset = crate::transport::reset::ResetHandle::of(io.inner());
         let (mut tx, conn) = conn::http1::Builder::new()
+            .title_case_headers(self.config.header_case.is_title())
             .handshake(io)
             .await
             .map_err(self.handshake_failed())?;

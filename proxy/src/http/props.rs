@@ -106,7 +106,13 @@ pub fn request_head(seed: u8, data: &[u8]) {
         );
     }
     let mut out = Vec::new();
-    encode::head(&parts, plan.body == 0, Some(plan.body), &mut out);
+    encode::head(
+        &parts,
+        plan.body == 0,
+        Some(plan.body),
+        Default::default(),
+        &mut out,
+    );
     let sent = head::HeadScan::default().feed(&out);
     assert_eq!(
         sent,

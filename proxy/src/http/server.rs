@@ -10,6 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
     body::ProxyBody,
+    h1::case::HeaderCase,
     head_guard::HeadGuard,
     headers::drop_connection_named,
     park::{Activity, ReadReady, TrackedBody, Watched},
@@ -33,6 +34,8 @@ pub struct ServerConfig {
     pub park_after: Duration,
     /// HTTP/2 limits.
     pub h2: H2Limits,
+    /// How HTTP/1 response heads spell header names.
+    pub header_case: HeaderCase,
 }
 
 impl From<&Config> for ServerConfig {
@@ -43,6 +46,7 @@ impl From<&Config> for ServerConfig {
             idle_timeout: c.downstream_idle_timeout,
             park_after: Duration::from_millis(250),
             h2: c.h2,
+            header_case: c.http1_header_case,
         }
     }
 }
@@ -78,6 +82,7 @@ where
     };
     let mut b = conn::http1::Builder::new();
     b.timer(TokioTimer::new())
+        .title_case_headers(cfg.header_case.is_title())
         // The head guard enforces the header-read timeout (hyper never sees a partial head), so
         // hyper's own per-request timer would only cost a timer registration per request.
         .header_read_timeout(None)
@@ -216,6 +221,7 @@ mod tests {
             idle_timeout,
             park_after,
             h2: H2Limits::default(),
+            header_case: Default::default(),
         };
         tokio::spawn(async move {
             let (_tx, drain) = drain::channel();

@@ -24,9 +24,10 @@ use super::{
 
 /// Fields that never pass in a request or response trailer section, besides the hop-by-hop
 /// ones (`headers::is_hop_by_hop`).
-const FORBIDDEN: [HeaderName; 19] = [
+const FORBIDDEN: [HeaderName; 20] = [
     // Framing and routing.
     header::CONTENT_LENGTH,
+    header::TRAILER,
     header::HOST,
     // Authentication and its state.
     header::AUTHORIZATION,

@@ -27,6 +27,7 @@ use tokio::{
 
 use super::{
     body::ProxyBody,
+    h1::case::HeaderCase,
     h1::{
         names,
         write::{BodyWriter, WriteError},
@@ -89,6 +90,9 @@ struct Front {
     /// every two requests registered with (and left) the drain channel each time.
     draining: Shutdown,
     parked: Option<Parked>,
+    /// How response heads spell header names (in the struct's padding: the connection task's
+    /// size is what an idle connection costs).
+    case: HeaderCase,
 }
 
 /// Serves HTTP/1.1 on `io` (its prefix holds the bytes protocol detection read) until the client
@@ -110,6 +114,7 @@ where
         quiet_at: None,
         draining: drain.shutdown(),
         parked: None,
+        case: cfg.header_case,
     };
     loop {
         let (plan, parts, body) = match c.next(cfg).await {
@@ -376,10 +381,12 @@ impl Front {
         plan: Plan,
         close: bool,
     ) -> io::Result<bool> {
+        let case = self.case;
         let (parts, mut body) = resp.into_parts();
         let mut head = scratch::take();
         let exact = body.size_hint().exact();
-        let (framing, close) = response::head(&parts, method, exact, close, plan.http10, &mut head);
+        let (framing, close) =
+            response::head(&parts, method, exact, close, plan.http10, case, &mut head);
         spare_maps::give_back(parts.headers);
         if let Framing::Length(n) = framing {
             // A small body that is already here (most are, whatever wraps them) goes out in the
@@ -397,7 +404,7 @@ impl Front {
                     self.io.write_all(&head).await?;
                     scratch::give_back(head);
                     if rest > 0 {
-                        self.stream(&mut body, BodyWriter::new(Some(rest)), false)
+                        self.stream(&mut body, BodyWriter::new(Some(rest), case), false)
                             .await?;
                     }
                     return Ok(close);
@@ -408,8 +415,8 @@ impl Front {
         scratch::give_back(head);
         let writer = match framing {
             Framing::None => return Ok(close),
-            Framing::Length(n) => BodyWriter::new(Some(n)),
-            Framing::Chunked => BodyWriter::new(None),
+            Framing::Length(n) => BodyWriter::new(Some(n), case),
+            Framing::Chunked => BodyWriter::new(None, case),
             Framing::UntilClose => BodyWriter::until_close(),
         };
         let trailers_ok = plan.trailers && framing == Framing::Chunked;

@@ -9,7 +9,7 @@ use std::{
 
 use http::{header, response::Parts, Method, StatusCode};
 
-use crate::http::h1::{decode::has_token, encode};
+use crate::http::h1::{case::HeaderCase, decode::has_token, encode};
 
 /// How the body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,7 @@ pub fn head(
     exact: Option<u64>,
     mut close: bool,
     http10: bool,
+    case: HeaderCase,
     out: &mut Vec<u8>,
 ) -> (Framing, bool) {
     let status = parts.status;
@@ -63,13 +64,13 @@ pub fn head(
                 continue; // not a length: hyper would not have sent it either
             }
         }
-        out.extend_from_slice(name.as_str().as_bytes());
+        case.write(name.as_str(), out);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
     if !date {
-        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(case.pick(b"date: ", b"Date: "));
         http_date(out);
         out.extend_from_slice(b"\r\n");
     }
@@ -88,19 +89,24 @@ pub fn head(
         // The body of a HEAD response is empty by definition, not a length to announce.
         Framing::None
     } else if let Some(n) = exact {
-        encode::content_length_line(n, out);
+        encode::content_length_line(n, case, out);
         Framing::Length(n)
     } else if http10 {
         close = true;
         Framing::UntilClose
     } else {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        out.extend_from_slice(case.pick(
+            b"transfer-encoding: chunked\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+        ));
         Framing::Chunked
     };
     if close {
-        out.extend_from_slice(b"connection: close\r\n");
+        out.extend_from_slice(case.pick(b"connection: close\r\n", b"Connection: close\r\n"));
     } else if http10 {
-        out.extend_from_slice(b"connection: keep-alive\r\n");
+        out.extend_from_slice(
+            case.pick(b"connection: keep-alive\r\n", b"Connection: keep-alive\r\n"),
+        );
     }
     out.extend_from_slice(b"\r\n");
     (framing, close)
@@ -163,7 +169,15 @@ mod tests {
     ) -> (String, Framing, bool) {
         let (parts, ()) = resp.into_parts();
         let mut out = Vec::new();
-        let (f, closes) = head(&parts, &method, exact, close, http10, &mut out);
+        let (f, closes) = head(
+            &parts,
+            &method,
+            exact,
+            close,
+            http10,
+            HeaderCase::Lower,
+            &mut out,
+        );
         (String::from_utf8(out).expect("ascii"), f, closes)
     }
 

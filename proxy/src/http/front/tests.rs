@@ -42,6 +42,7 @@ fn config(park_after: Duration, idle_timeout: Duration, head_timeout: Duration) 
         idle_timeout,
         park_after,
         h2: H2Limits::default(),
+        header_case: Default::default(),
     }
 }
 

@@ -342,12 +342,11 @@ impl Facts {
 
 /// The fields that describe one hop only (RFC 9110 §7.6.1, plus the legacy ones).
 fn is_hop_by_hop(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 7] = [
+    const NAMES: [&[u8]; 6] = [
         b"connection",
         b"keep-alive",
         b"proxy-connection",
         b"te",
-        b"trailer",
         b"transfer-encoding",
         b"upgrade",
     ];
@@ -434,7 +433,11 @@ mod tests {
         .expect("valid")
         .expect("complete");
         let names: Vec<_> = h.headers.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["x-kept"]);
+        assert_eq!(
+            names,
+            ["trailer", "x-kept"],
+            "Trailer declares, it is not hop-by-hop"
+        );
         assert_eq!(h.framing, BodyFraming::Chunked);
         let h = parse(
             "HTTP/1.1 200 OK\r\nConnection: x-private\r\nX-Private: 1\r\nContent-Length: 0\r\n\r\n",

@@ -3,6 +3,8 @@
 
 use http::{header, request::Parts, HeaderMap, Method};
 
+use super::case::HeaderCase;
+
 /// How the request body follows the head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -14,22 +16,29 @@ pub enum Framing {
     Chunked,
 }
 
-/// Appends the request head to `out`. `exact` is the body's exact length if known, `empty`
-/// whether it has already ended. Hop-by-hop headers (`Transfer-Encoding` among them) were removed
-/// by the caller, so the framing header written here is the only one.
-pub fn head(parts: &Parts, empty: bool, exact: Option<u64>, out: &mut Vec<u8>) -> Framing {
+/// Appends the request head to `out`, its names spelled in `case`. `exact` is the body's exact
+/// length if known, `empty` whether it has already ended. Hop-by-hop headers
+/// (`Transfer-Encoding` among them) were removed by the caller, so the framing header written
+/// here is the only one.
+pub fn head(
+    parts: &Parts,
+    empty: bool,
+    exact: Option<u64>,
+    case: HeaderCase,
+    out: &mut Vec<u8>,
+) -> Framing {
     out.extend_from_slice(parts.method.as_str().as_bytes());
     out.push(b' ');
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    headers(&parts.headers, out);
+    headers(&parts.headers, case, out);
     let framing = if empty {
         // A client's own `Content-Length: 0` goes on as it came; nothing is added.
         Framing::Done
     } else if let Some(n) = declared_length(&parts.headers).or(exact) {
         if !parts.headers.contains_key(header::CONTENT_LENGTH) {
-            content_length_line(n, out);
+            content_length_line(n, case, out);
         }
         Framing::Length(n)
     } else if parts.method == Method::CONNECT {
@@ -39,16 +48,19 @@ pub fn head(parts: &Parts, empty: bool, exact: Option<u64>, out: &mut Vec<u8>) -
         // Whatever the method: a GET whose client framed a body (chunked, or an HTTP/2 stream
         // left open after its HEADERS) sends it on. hyper's client drops such a body, so the
         // upstream would see the request without it.
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+        out.extend_from_slice(case.pick(
+            b"transfer-encoding: chunked\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+        ));
         Framing::Chunked
     };
     out.extend_from_slice(b"\r\n");
     framing
 }
 
-fn headers(h: &HeaderMap, out: &mut Vec<u8>) {
+fn headers(h: &HeaderMap, case: HeaderCase, out: &mut Vec<u8>) {
     for (name, value) in h {
-        out.extend_from_slice(name.as_str().as_bytes());
+        case.write(name.as_str(), out);
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
@@ -61,8 +73,8 @@ fn declared_length(h: &HeaderMap) -> Option<u64> {
 }
 
 /// `content-length: n` and its line end.
-pub fn content_length_line(n: u64, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"content-length: ");
+pub fn content_length_line(n: u64, case: HeaderCase, out: &mut Vec<u8>) {
+    out.extend_from_slice(case.pick(b"content-length: ", b"Content-Length: "));
     out.extend_from_slice(itoa(n, &mut [0u8; 20]));
     out.extend_from_slice(b"\r\n");
 }
@@ -75,11 +87,11 @@ pub fn chunk_size_line(n: usize, out: &mut Vec<u8>) {
 }
 
 /// The last chunk and the trailer section (possibly empty).
-pub fn last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
+pub fn last_chunk(trailers: Option<&HeaderMap>, case: HeaderCase, out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(b"0\r\n");
     if let Some(t) = trailers {
-        headers(t, out);
+        headers(t, case, out);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -117,7 +129,7 @@ mod tests {
     fn encode(req: Request<()>, empty: bool, exact: Option<u64>) -> (String, Framing) {
         let (parts, ()) = req.into_parts();
         let mut out = Vec::new();
-        let f = head(&parts, empty, exact, &mut out);
+        let f = head(&parts, empty, exact, HeaderCase::Lower, &mut out);
         (String::from_utf8(out).expect("ascii"), f)
     }
 
@@ -174,7 +186,7 @@ mod tests {
         assert_eq!(out, b"1\r\n");
         let mut t = HeaderMap::new();
         t.insert("grpc-status", "0".parse().expect("value"));
-        last_chunk(Some(&t), &mut out);
+        last_chunk(Some(&t), HeaderCase::Lower, &mut out);
         assert_eq!(out, b"0\r\ngrpc-status: 0\r\n\r\n");
     }
 }

@@ -4,6 +4,7 @@
 //! instructions per request; upgrades and HTTP/2 still go through hyper.)
 
 mod body;
+pub mod case;
 pub(crate) mod chunked;
 pub(crate) mod decode;
 pub(crate) mod encode;
@@ -78,6 +79,8 @@ pub struct Conn {
     /// back. The pool lets go of it once the connection has been idle a while (`slim`).
     rbuf: BytesMut,
     wbuf: Vec<u8>,
+    /// How the heads written on it spell header names.
+    case: case::HeaderCase,
 }
 
 impl std::fmt::Debug for Conn {
@@ -112,11 +115,12 @@ pub struct Replay {
 
 impl Conn {
     /// A connection ready for its first request.
-    pub fn new(io: TcpStream) -> Box<Self> {
+    pub fn new(io: TcpStream, case: case::HeaderCase) -> Box<Self> {
         Box::new(Self {
             io,
             rbuf: BytesMut::new(),
             wbuf: Vec::new(),
+            case,
         })
     }
 
@@ -169,7 +173,13 @@ pub async fn send(
     let head_request = parts.method == Method::HEAD;
     conn.wbuf.clear();
     let empty = body.is_end_stream();
-    let framing = encode::head(&parts, empty, body.size_hint().exact(), &mut conn.wbuf);
+    let framing = encode::head(
+        &parts,
+        empty,
+        body.size_hint().exact(),
+        conn.case,
+        &mut conn.wbuf,
+    );
     spare_maps::give_back(std::mem::take(&mut parts.headers));
     drop(parts);
     // A body already whole in memory goes out with the head: one write, and the request can be
@@ -276,10 +286,13 @@ async fn send_streaming(
         r = answered(&mut rd, rbuf) => return r.map(|()| false),
         w = wr.write_all(wbuf) => w?,
     }
-    let mut writer = BodyWriter::new(match framing {
-        Framing::Length(n) => Some(n),
-        _ => None,
-    });
+    let mut writer = BodyWriter::new(
+        match framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        },
+        conn.case,
+    );
     let mut trailers: Option<HeaderMap> = None;
     loop {
         let frame = tokio::select! {

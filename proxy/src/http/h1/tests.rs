@@ -30,7 +30,7 @@ async fn pair() -> (Box<Conn>, TcpStream) {
     let client = TcpStream::connect(l.local_addr().expect("addr"));
     let (client, server) = tokio::join!(client, l.accept());
     (
-        Conn::new(client.expect("connect")),
+        Conn::new(client.expect("connect"), Default::default()),
         server.expect("accept").0,
     )
 }

@@ -2,6 +2,7 @@
 //! chunked with the trailer section at the end, or raw until the connection closes (HTTP/1.0).
 //! Shared by the upstream client (request bodies) and the downstream fast path (response bodies).
 
+use super::case::HeaderCase;
 use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -36,16 +37,18 @@ pub struct BodyWriter {
 enum Delimit {
     /// Its length: the bytes still owed.
     Length(u64),
-    /// The last chunk.
-    Chunked,
+    /// The last chunk; its trailers' names spelled in this case (inside the variant, where it
+    /// takes no room: a writer lives in every response's future).
+    Chunked(HeaderCase),
     /// The close of the connection (HTTP/1.0 has no chunked coding).
     Close,
 }
 
 impl BodyWriter {
-    /// A writer for a body of exactly `length` bytes, or chunked when `None`.
-    pub fn new(length: Option<u64>) -> Self {
-        let delimit = length.map_or(Delimit::Chunked, Delimit::Length);
+    /// A writer for a body of exactly `length` bytes, or chunked when `None` (its trailers'
+    /// names spelled in `case`).
+    pub fn new(length: Option<u64>, case: HeaderCase) -> Self {
+        let delimit = length.map_or(Delimit::Chunked(case), Delimit::Length);
         Self { delimit }
     }
 
@@ -72,7 +75,7 @@ impl BodyWriter {
                 io.write_all(&data).await?;
             }
             Delimit::Close => io.write_all(&data).await?,
-            Delimit::Chunked => {
+            Delimit::Chunked(_) => {
                 encode::chunk_size_line(data.len(), scratch);
                 let mut out = Buf::chain(Buf::chain(&scratch[..], data), &b"\r\n"[..]);
                 io.write_all_buf(&mut out).await?;
@@ -92,8 +95,8 @@ impl BodyWriter {
         match self.delimit {
             Delimit::Length(0) | Delimit::Close => Ok(()),
             Delimit::Length(_) => Err(WriteError::Shorter),
-            Delimit::Chunked => {
-                encode::last_chunk(trailers, scratch);
+            Delimit::Chunked(case) => {
+                encode::last_chunk(trailers, case, scratch);
                 io.write_all(scratch).await?;
                 Ok(())
             }

@@ -95,6 +95,7 @@ fn connect(pipe: usize) -> (DuplexStream, DrainTx) {
         idle_timeout: Duration::from_secs(300),
         park_after: Duration::from_secs(3600),
         h2: H2Limits::default(),
+        header_case: Default::default(),
     };
     tokio::spawn(async move { serve_http1(server, &cfg, drain, handler).await });
     (client, tx)

@@ -55,6 +55,7 @@ fn pool(addr: EndpointAddr, max_idle: usize) -> Arc<EndpointPool> {
         idle_timeout: Duration::from_secs(30),
         max_idle,
         h2_max_header_list_size: 64 * 1024,
+        header_case: Default::default(),
     };
     Arc::new(EndpointPool::new(addr, Arc::new(config)))
 }

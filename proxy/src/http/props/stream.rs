@@ -78,6 +78,7 @@ fn start() -> Server {
         idle_timeout: Duration::from_secs(30),
         park_after: Duration::from_millis(250),
         h2: H2Limits::default(),
+        header_case: Default::default(),
     };
     let (tx, drain) = drain::channel();
     let l = rt.block_on(TcpListener::bind("127.0.0.1:0")).expect("bind");

@@ -107,7 +107,7 @@ pub fn upstream_bytes(data: &[u8]) {
 async fn exchange(l: &TcpListener, addr: SocketAddr, data: &[u8]) -> (Seen, bool) {
     let (client, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
     let (conn, mut up) = (
-        Conn::new(client.expect("connect")),
+        Conn::new(client.expect("connect"), Default::default()),
         accepted.expect("accept").0,
     );
     let answer = async {
