@@ -7,12 +7,12 @@ use std::time::Duration;
 use http_body_util::BodyExt;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use weir_tests::backend::pattern_fnv1a64;
 use weir_tests::pattern::{self, Pattern};
-use weir_tests::raw_http1::{read_head, read_response, RawResponse};
+use weir_tests::raw_http1::{read_head, read_raw_head, read_response, RawResponse};
 use weir_tests::registry::{gateway_prefixes, strip};
 use weir_tests::wait::within;
 use weir_tests::{http_client, TestBackend, WeirProxy};
@@ -316,19 +316,8 @@ async fn canned_upstream() -> std::net::SocketAddr {
         while let Ok((io, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut io = BufReader::new(io);
-                loop {
-                    let mut target = None;
-                    loop {
-                        let mut line = String::new();
-                        if io.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        target = target.or_else(|| line.split(' ').nth(1).map(str::to_owned));
-                    }
-                    let reply: &[u8] = match target.as_deref() {
+                while let Some(head) = read_raw_head(&mut io).await {
+                    let reply: &[u8] = match head.split(' ').nth(1) {
                         Some("/gzip-chunked") => {
                             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"
                         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use weir_tests::raw_http1::read_response;
+use weir_tests::raw_http1::{read_raw_head, read_response};
 use weir_tests::sidecar::{listen_in, Sidecar};
 use weir_tests::{require, NetNs, TestBackend, WeirProxy};
 
@@ -51,17 +51,9 @@ async fn forward_proxy(listener: TcpListener, heads: mpsc::UnboundedSender<Strin
         let heads = heads.clone();
         tokio::spawn(async move {
             let mut io = BufReader::new(io);
-            let mut head = String::new();
-            loop {
-                let mut line = String::new();
-                if io.read_line(&mut line).await.unwrap_or(0) == 0 {
-                    return;
-                }
-                if line == "\r\n" {
-                    break;
-                }
-                head.push_str(&line);
-            }
+            let Some(head) = read_raw_head(&mut io).await else {
+                return;
+            };
             let denied = head.starts_with("CONNECT denied.test:443 ");
             let _ = heads.send(head);
             if denied {

@@ -9,26 +9,12 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use weir_tests::raw_http1::{read_raw_head, skip_small_chunked};
 use weir_tests::registry::{gateway_prefixes, strip};
 use weir_tests::wait::within;
 use weir_tests::WeirProxy;
 
 const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Reads one head (through its blank line) as text.
-async fn head<R: tokio::io::AsyncRead + Unpin>(io: &mut BufReader<R>) -> Option<String> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if io.read_line(&mut line).await.ok()? == 0 {
-            return None;
-        }
-        head.push_str(&line);
-        if line == "\r\n" {
-            return Some(head);
-        }
-    }
-}
 
 /// An upstream that sends each request head it reads to `heads` and answers in lower case: an
 /// upgrade with a 101 and an echo, a chunked upload (read to its last chunk) with a chunked
@@ -41,7 +27,7 @@ async fn upstream(heads: mpsc::UnboundedSender<String>) -> SocketAddr {
             let heads = heads.clone();
             tokio::spawn(async move {
                 let mut io = BufReader::new(io);
-                while let Some(h) = head(&mut io).await {
+                while let Some(h) = read_raw_head(&mut io).await {
                     let lower = h.to_ascii_lowercase();
                     let _ = heads.send(h);
                     if lower.contains("upgrade: echo") {
@@ -54,15 +40,9 @@ async fn upstream(heads: mpsc::UnboundedSender<String>) -> SocketAddr {
                         return;
                     }
                     if lower.contains("transfer-encoding: chunked") {
-                        let mut line = String::new();
-                        while line != "0\r\n" {
-                            line.clear();
-                            if io.read_line(&mut line).await.unwrap_or(0) == 0 {
-                                return;
-                            }
+                        if !skip_small_chunked(&mut io).await {
+                            return;
                         }
-                        let mut end = String::new();
-                        let _ = io.read_line(&mut end).await;
                         let _ = io
                             .get_mut()
                             .write_all(b"HTTP/1.1 200 OK\r\nx-app-version: 1\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n2\r\nok\r\n0\r\nx-checksum: 9\r\n\r\n")
@@ -99,7 +79,7 @@ async fn exchange(proxy: &WeirProxy, request: &[u8]) -> (String, BufReader<TcpSt
         .expect("connect");
     io.write_all(request).await.expect("write");
     let mut io = BufReader::new(io);
-    let h = within(DEADLINE, "the response head", head(&mut io))
+    let h = within(DEADLINE, "the response head", read_raw_head(&mut io))
         .await
         .expect("a response head");
     (h, io)

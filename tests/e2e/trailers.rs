@@ -72,7 +72,6 @@ async fn request_trailers_lose_framing_auth_hop_by_hop_and_the_routes_own_fields
 /// An HTTP/1 upstream's chunked answer with a declared trailer, after reading a request to its
 /// end (a chunked one to its last chunk).
 async fn trailer_upstream() -> std::net::SocketAddr {
-    use tokio::io::AsyncBufReadExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -81,23 +80,12 @@ async fn trailer_upstream() -> std::net::SocketAddr {
         while let Ok((io, _)) = listener.accept().await {
             tokio::spawn(async move {
                 let mut io = BufReader::new(io);
-                loop {
-                    let (mut head, mut line) = (String::new(), String::new());
-                    while line != "\r\n" {
-                        line.clear();
-                        if io.read_line(&mut line).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        head.push_str(&line.to_ascii_lowercase());
-                    }
-                    if head.contains("transfer-encoding: chunked") {
-                        while line != "0\r\n" {
-                            line.clear();
-                            if io.read_line(&mut line).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                        }
-                        let _ = io.read_line(&mut line).await;
+                while let Some(head) = raw_http1::read_raw_head(&mut io).await {
+                    let chunked = head
+                        .to_ascii_lowercase()
+                        .contains("transfer-encoding: chunked");
+                    if chunked && !raw_http1::skip_small_chunked(&mut io).await {
+                        return;
                     }
                     let _ = io
                         .get_mut()

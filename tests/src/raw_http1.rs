@@ -160,3 +160,33 @@ pub async fn read_response<R: AsyncRead + Unpin>(
         )),
     }
 }
+
+/// Reads one head as it came, through its blank line (a request's, for test upstreams that look
+/// at the exact bytes); `None` if the peer closed first.
+pub async fn read_raw_head<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).await.ok()? == 0 {
+            return None;
+        }
+        head.push_str(&l);
+        if l == "\r\n" {
+            return Some(head);
+        }
+    }
+}
+
+/// Reads a small chunked body line by line through its last chunk and the empty trailer
+/// section; `false` if the peer closed first. For test bodies whose data holds no line `0`.
+pub async fn skip_small_chunked<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> bool {
+    let mut l = String::new();
+    while l != "0\r\n" {
+        l.clear();
+        if r.read_line(&mut l).await.unwrap_or(0) == 0 {
+            return false;
+        }
+    }
+    l.clear();
+    r.read_line(&mut l).await.unwrap_or(0) > 0
+}
