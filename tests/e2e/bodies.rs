@@ -324,6 +324,12 @@ async fn canned_upstream() -> std::net::SocketAddr {
                         Some("/no-content-with-length") => {
                             b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"
                         }
+                        Some("/length-twice") => {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok"
+                        }
+                        Some("/length-listed") => {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok"
+                        }
                         _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
                     };
                     if io.get_mut().write_all(reply).await.is_err() {
@@ -378,6 +384,39 @@ async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_le
         (after.status, after.body.as_slice()),
         (200, b"ok".as_slice())
     );
+}
+
+/// An upstream's repeated but equal `Content-Length` (two fields, or a list) reaches the client
+/// as one field: Node's HTTP parser and nghttp2 refuse a response with several, and until
+/// 2026-12-07 the proxy passed both fields on.
+#[tokio::test]
+async fn an_upstream_length_given_twice_reaches_the_client_once() {
+    let upstream = canned_upstream().await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream])]))
+        .gateway(true)
+        .start()
+        .await;
+    let mut io = raw(&proxy).await;
+    for path in ["/b/length-twice", "/b/length-listed"] {
+        write(
+            &mut io,
+            format!("GET {path} HTTP/1.1\r\nHost: bodies.test\r\n\r\n").as_bytes(),
+        )
+        .await;
+        let got = response(&mut io, "GET").await;
+        let lengths: Vec<&str> = got
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "content-length")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(
+            (got.status, lengths, got.body.as_slice()),
+            (200, vec!["2"], b"ok".as_slice()),
+            "{path}"
+        );
+    }
 }
 
 /// An upstream that answers while the upload is still coming (a 413 after its first MiB) and

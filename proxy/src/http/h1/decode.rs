@@ -4,7 +4,10 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Bytes, BytesMut};
-use http::{header::HeaderValue, HeaderMap, StatusCode, Version};
+use http::{
+    header::{self, HeaderValue},
+    HeaderMap, StatusCode, Version,
+};
 
 use super::{names::Names, Error};
 use crate::http::spare_maps;
@@ -241,6 +244,10 @@ fn parsed_value(b: Bytes) -> HeaderValue {
 #[derive(Debug, Default)]
 struct Facts {
     length: Option<u64>,
+    /// More than one `Content-Length` value (fields or a list), all equal: the header map gets
+    /// one field in their place, as RFC 9110 §8.6 allows, since clients such as Node's llhttp
+    /// and nghttp2 refuse a message carrying several.
+    length_repeated: bool,
     /// `Transfer-Encoding: chunked` (the only coding taken).
     transfer_encoding: bool,
     close: bool,
@@ -290,10 +297,13 @@ impl Facts {
             let n = part
                 .iter()
                 .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
-            if self.length.is_some_and(|f| f != n) {
-                return Err(Error::Protocol("conflicting response Content-Length"));
+            match self.length {
+                Some(f) if f != n => {
+                    return Err(Error::Protocol("conflicting response Content-Length"))
+                }
+                Some(_) => self.length_repeated = true,
+                None => self.length = Some(n),
             }
-            self.length = Some(n);
         }
         Ok(())
     }
@@ -302,9 +312,12 @@ impl Facts {
         self,
         status: StatusCode,
         version: Version,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         head_request: bool,
     ) -> Result<Head, Error> {
+        if let (true, Some(n)) = (self.length_repeated, self.length) {
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
         let keep_alive = if version == Version::HTTP_10 {
             self.keep_alive
         } else {
@@ -492,6 +505,27 @@ mod tests {
         assert_eq!(
             head.expect("valid").expect("complete").framing,
             BodyFraming::Empty
+        );
+    }
+
+    #[test]
+    fn equal_repeated_lengths_become_one_field() {
+        for s in [
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX: y\r\ncontent-length: 5\r\n\r\n",
+        ] {
+            let head = parse(s, false).expect("valid").expect("complete");
+            let lengths: Vec<_> = head
+                .headers
+                .get_all(header::CONTENT_LENGTH)
+                .iter()
+                .collect();
+            assert_eq!(lengths, ["5"], "{s:?}");
+        }
+        let head = parse("HTTP/1.1 200 OK\r\nContent-Length: 05\r\n\r\n", false);
+        assert_eq!(
+            head.expect("valid").expect("complete").headers[header::CONTENT_LENGTH],
+            "05"
         );
     }
 
