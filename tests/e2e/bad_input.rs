@@ -335,11 +335,47 @@ async fn an_absolute_form_target_is_the_host_the_upstream_sees_whatever_host_sai
     assert!(reply.contains("\"uri\":\"/abs?q=1\""), "{reply}");
     assert!(reply.contains("\"host\":\"echo.test\""), "{reply}");
     assert!(!reply.contains("evil.test"), "{reply}");
+    // With an empty path the target still goes on as a request line can carry it: `/?q=2`,
+    // where until 2026-12-07 `GET ?q=2 HTTP/1.1` went out.
+    io.write_all(b"GET http://echo.test?q=2 HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, reply) = read_one_response(&mut io).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply.contains("\"uri\":\"/?q=2\""), "{reply}");
     // The connection carries on.
     io.write_all(b"GET /next HTTP/1.1\r\nHost: echo.test\r\n\r\n")
         .await
         .expect("write");
     assert_eq!(read_one_response(&mut io).await.0, 200);
+    assert_eq!(gw.backend.requests(), 3);
+}
+
+/// RFC 9112 §3.2.4: `*` is a target for OPTIONS only. `GET *` is refused, never forwarded
+/// (until 2026-12-07 it reached the backend) with a clean close, as other malformed requests
+/// are; `OPTIONS *` goes on.
+#[tokio::test]
+async fn the_asterisk_target_goes_on_for_options_only() {
+    let gw = gateway(&[]).await;
+    for request in [
+        &b"GET * HTTP/1.1\r\nHost: echo.test\r\n\r\n"[..],
+        b"POST * HTTP/1.1\r\nHost: echo.test\r\nContent-Length: 2\r\n\r\nab",
+    ] {
+        let (reply, end) = exchange(gw.addr, request).await;
+        assert_eq!(raw_status(&reply), Some(400), "{}", show(&reply));
+        assert_eq!(end, End::Eof, "{}", show(&reply));
+    }
+    let mut io = TcpStream::connect(gw.addr).await.expect("connect");
+    io.write_all(b"OPTIONS * HTTP/1.1\r\nHost: echo.test\r\n\r\n")
+        .await
+        .expect("write");
+    let (status, reply) = read_one_response(&mut io).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        gw.backend.requests(),
+        1,
+        "only OPTIONS * reached the backend"
+    );
 }
 
 #[tokio::test]

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use http::{
     header::{self, Entry, HeaderMap, HeaderName, HeaderValue},
     request::Parts,
-    Version,
+    uri::PathAndQuery,
+    Method, Version,
 };
 
 use crate::error::ProxyError;
@@ -165,6 +166,18 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 pub fn validate_request(parts: &mut Parts) -> Result<(), ProxyError> {
     if parts.version <= Version::HTTP_11 && parts.uri.authority().is_some() {
         host_from_target(parts)?;
+        origin_of_absolute(parts)?;
+    }
+    // RFC 9112 §3.2.4: the asterisk form is OPTIONS's alone (in HTTP/2 too, RFC 9113 §8.3.1).
+    if parts.method != Method::OPTIONS
+        && parts
+            .uri
+            .path_and_query()
+            .is_some_and(|pq| pq.as_str() == "*")
+    {
+        return Err(ProxyError::BadRequest(
+            "asterisk-form target other than OPTIONS",
+        ));
     }
     let h = &parts.headers;
     // One pass over the fields rather than three map lookups (~100 instructions each): a
@@ -251,6 +264,27 @@ fn host_from_target(parts: &mut Parts) -> Result<(), ProxyError> {
     let host = HeaderValue::from_str(a.as_str())
         .map_err(|_| ProxyError::BadRequest("invalid authority in the request target"))?;
     parts.headers.insert(header::HOST, host);
+    Ok(())
+}
+
+/// The path an absolute-form target goes on with (RFC 9112 §3.2.1): an empty path becomes `/`.
+/// The http crate reads `http://a?q` with `?q` as its path-and-query text, which is no request
+/// target at all (`GET ?q HTTP/1.1` went out). `http://a` it already reads as `/`, so an OPTIONS
+/// in that form goes on as `OPTIONS /` rather than RFC 9112 §3.2.4's `*`: the crate cannot tell
+/// it from `http://a/`.
+fn origin_of_absolute(parts: &mut Parts) -> Result<(), ProxyError> {
+    let Some(target) = parts.uri.path_and_query() else {
+        return Ok(());
+    };
+    if !target.as_str().starts_with('?') {
+        return Ok(());
+    }
+    let path = PathAndQuery::try_from(format!("/{}", target.as_str()))
+        .map_err(|_| ProxyError::BadRequest("invalid request target"))?;
+    let mut p = std::mem::take(&mut parts.uri).into_parts();
+    p.path_and_query = Some(path);
+    parts.uri =
+        http::Uri::from_parts(p).map_err(|_| ProxyError::BadRequest("invalid request target"))?;
     Ok(())
 }
 
@@ -484,6 +518,44 @@ mod tests {
             assert_eq!(h.get(header::TE).is_some(), kept, "{te}");
             assert!(h.get(header::TE).is_none_or(|v| v == "trailers"), "{te}");
         }
+    }
+
+    #[test]
+    fn absolute_targets_get_a_path_and_the_asterisk_is_for_options_only() {
+        let target = |version, method: &str, uri: &str| {
+            let (mut p, _) = http::Request::builder()
+                .version(version)
+                .method(method)
+                .uri(uri)
+                .header("host", "a")
+                .body(())
+                .expect("valid request")
+                .into_parts();
+            validate_request(&mut p)
+                .map(|()| p.uri.path_and_query().map(|pq| pq.as_str().to_owned()))
+        };
+        let v11 = Version::HTTP_11;
+        assert_eq!(
+            target(v11, "GET", "http://a?q=1").ok(),
+            Some(Some("/?q=1".into()))
+        );
+        assert_eq!(target(v11, "GET", "http://a").ok(), Some(Some("/".into())));
+        assert_eq!(
+            target(v11, "GET", "http://a/p?q").ok(),
+            Some(Some("/p?q".into()))
+        );
+        assert_eq!(
+            target(v11, "OPTIONS", "http://a").ok(),
+            Some(Some("/".into()))
+        );
+        assert_eq!(
+            target(v11, "OPTIONS", "http://a?q").ok(),
+            Some(Some("/?q".into()))
+        );
+        assert_eq!(target(v11, "OPTIONS", "*").ok(), Some(Some("*".into())));
+        assert!(target(v11, "GET", "*").is_err());
+        assert!(target(v11, "POST", "*").is_err());
+        assert!(target(Version::HTTP_2, "GET", "*").is_err());
     }
 
     #[test]
