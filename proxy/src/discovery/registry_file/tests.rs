@@ -525,3 +525,63 @@ fn a_label_written_twice_is_reported() {
         "{got:?}"
     );
 }
+
+#[test]
+fn a_host_no_request_could_carry_is_reported() {
+    for bad in ["\"a b\"", "\"u@web\"", "\"web:\"", "\"we/b\""] {
+        let text = base_with("[Web.Example.COM]", &format!("[{bad}]"));
+        let host = bad.trim_matches('"');
+        let expected = format!(
+            "registry.yaml:7:13: services[1].hosts[0]: {host:?} is not a host name or IP address"
+        );
+        assert_eq!(problems(&text), [expected], "{bad}");
+    }
+}
+
+#[test]
+fn service_and_namespace_names_must_be_dns_labels() {
+    for (bad, why) in [
+        ("Web", "only lower-case letters, digits and `-` are allowed"),
+        (
+            "we_b",
+            "only lower-case letters, digits and `-` are allowed",
+        ),
+        (
+            "web.v1",
+            "only lower-case letters, digits and `-` are allowed",
+        ),
+        ("-web", "must start and end with a letter or digit"),
+        ("web-", "must start and end with a letter or digit"),
+    ] {
+        let text = base_with("  - name: web\n", &format!("  - name: \"{bad}\"\n")).replace(
+            "backendRefs: [{ name: web }]",
+            &format!("backendRefs: [{{ name: \"{bad}\" }}]"),
+        );
+        let expected = format!(
+            "registry.yaml:6:11: services[1].name: service name {bad:?} is not a DNS label: {why}"
+        );
+        assert_eq!(problems(&text), [expected], "{bad}");
+    }
+    let long = "a".repeat(64);
+    let text = base_with(
+        "  - name: web\n",
+        &format!("  - name: web\n    namespace: {long}\n"),
+    );
+    let text = text.replace(
+        "backendRefs: [{ name: web }]",
+        &format!("backendRefs: [{{ name: web, namespace: {long} }}]"),
+    );
+    let expected = format!(
+        "registry.yaml:7:16: services[1].namespace: namespace {long:?} is not a DNS label: longer than 63 characters"
+    );
+    assert_eq!(problems(&text), [expected]);
+    let ok = base_with(
+        "  - name: web\n",
+        "  - name: 9web-v2\n    namespace: team-1\n",
+    )
+    .replace(
+        "backendRefs: [{ name: web }]",
+        "backendRefs: [{ name: 9web-v2, namespace: team-1 }]",
+    );
+    assert_eq!(problems(&ok), Vec::<String>::new());
+}

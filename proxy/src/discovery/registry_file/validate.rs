@@ -33,6 +33,23 @@ fn without_port(host: &str) -> Option<&str> {
     (!bracketed && is_port && !name.is_empty()).then_some(name)
 }
 
+/// Why `name` is no DNS label (RFC 1123 §2.1, as Kubernetes names a Service or namespace: at
+/// most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit),
+/// if it is not. Names become hosts (`name.namespace.svc.cluster.local`) and metric labels.
+fn not_a_label(name: &str) -> Option<&'static str> {
+    let b = name.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if b.len() > 63 {
+        Some("longer than 63 characters")
+    } else if !b.iter().all(|c| alnum(c) || *c == b'-') {
+        Some("only lower-case letters, digits and `-` are allowed")
+    } else if !b.first().is_some_and(alnum) || !b.last().is_some_and(alnum) {
+        Some("must start and end with a letter or digit")
+    } else {
+        None
+    }
+}
+
 /// A semantic problem: where (a path into the document) and why.
 pub(super) struct Issue {
     pub path: Vec<Seg>,
@@ -65,6 +82,17 @@ pub(super) fn validate(registry: &mut Registry) -> Vec<Issue> {
             );
             push(at(&[Seg::Key("name")]), msg);
         }
+        if let Some(why) = (!svc.name.is_empty())
+            .then(|| not_a_label(&svc.name))
+            .flatten()
+        {
+            let msg = format!("service name {:?} is not a DNS label: {why}", svc.name);
+            push(at(&[Seg::Key("name")]), msg);
+        }
+        if let Some(why) = not_a_label(&svc.namespace) {
+            let msg = format!("namespace {:?} is not a DNS label: {why}", svc.namespace);
+            push(at(&[Seg::Key("namespace")]), msg);
+        }
         for (j, addr) in svc.addresses.iter().enumerate() {
             if let Some(first) = addresses.insert(*addr, i).filter(|&first| first != i) {
                 let owner = registry.services[first].qualified_name();
@@ -80,6 +108,12 @@ pub(super) fn validate(registry: &mut Registry) -> Vec<Issue> {
                 push(path, "a host must not be empty".into());
             } else if let Some(bare) = without_port(host) {
                 let msg = format!("hosts match the Host header without its port; write {bare:?}");
+                push(path, msg);
+            } else if !crate::http::host::is_valid(host.as_bytes())
+                || (host.contains(':') && !host.starts_with('['))
+            {
+                // No request could carry it: a Host that is not `host[:port]` gets 400.
+                let msg = format!("{host:?} is not a host name or IP address");
                 push(path, msg);
             } else if let Some(first) = hosts.insert(host, i).filter(|&first| first != i) {
                 let owner = registry.services[first].qualified_name();
