@@ -16,6 +16,7 @@ mod h2_abuse;
 mod h2_downgrade;
 mod h2_upstream;
 mod header_case;
+mod hostnames;
 mod idle;
 mod idle_memory;
 mod infra;

@@ -46,6 +46,7 @@ pub fn endpoint(e: &model::Endpoint) -> pb::Endpoint {
 pub fn route(r: &model::Route) -> pb::Route {
     pb::Route {
         name: r.name.clone(),
+        hostnames: r.hostnames.iter().map(|h| h.0.clone()).collect(),
         matches: r.matches.iter().map(route_match).collect(),
         filters: r.filters.iter().map(filter).collect(),
         backend_refs: r.backend_refs.iter().map(backend_ref).collect(),

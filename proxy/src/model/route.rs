@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     CircuitBreakerPolicy, Filter, HeaderName, MatchPath, Method, Pattern, RateLimitPolicy,
-    RetryPolicy, RouteTimeouts,
+    RetryPolicy, RouteHostname, RouteTimeouts,
 };
 
 /// A Gateway API HTTPRoute rule: matches → ordered filters → weighted backends.
@@ -13,6 +13,11 @@ use super::{
 pub struct Route {
     #[serde(default)]
     pub name: String,
+    /// The hosts the route answers for; none = every host. A request's host picks the routes
+    /// of its most specific hostname first (exact, then the longest wildcard, then routes
+    /// without hostnames), and matches decide among them.
+    #[serde(default)]
+    pub hostnames: Vec<RouteHostname>,
     /// Any one match selects the route; no matches = matches everything.
     #[serde(default)]
     pub matches: Vec<RouteMatch>,

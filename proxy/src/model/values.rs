@@ -1,5 +1,5 @@
 //! Scalars validated as they are read: methods, header names and values, regular expressions,
-//! route paths and durations, each pinned to its own line and column when it is bad.
+//! route paths, hostnames and durations, each pinned to its own line and column when it is bad.
 
 use std::{fmt, str::FromStr, sync::Arc, time::Duration};
 
@@ -119,6 +119,50 @@ fn uri_path(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A host a route answers for (Gateway API HTTPRoute `hostnames`): a DNS name, lower-cased, or
+/// one whose first label is `*` (`*.example.com`: any host ending in `.example.com`, not
+/// `example.com` itself). No port and no IP address, as Gateway API has it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RouteHostname(pub String);
+
+impl RouteHostname {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let lower = s.to_ascii_lowercase();
+        let name = lower.strip_prefix("*.").unwrap_or(&lower);
+        if lower.len() > 253 {
+            return Err("longer than 253 characters".into());
+        }
+        if name.parse::<std::net::Ipv4Addr>().is_ok() || name.starts_with('[') {
+            return Err("an IP address is no hostname".into());
+        }
+        if name.contains(':') {
+            return Err("a hostname has no port (the Host's port is ignored)".into());
+        }
+        for label in name.split('.') {
+            let b = label.as_bytes();
+            let alnum = |c: &u8| c.is_ascii_alphanumeric();
+            if b.is_empty() || b.len() > 63 {
+                return Err("each dot-separated label holds 1 to 63 characters".into());
+            }
+            if b.contains(&b'*') {
+                return Err("`*` may only be the whole first label (`*.example.com`)".into());
+            }
+            if !b.iter().all(|c| alnum(c) || *c == b'-') {
+                return Err("only letters, digits, `-` and `.` are allowed".into());
+            }
+            if !b.first().is_some_and(alnum) || !b.last().is_some_and(alnum) {
+                return Err("a label starts and ends with a letter or digit".into());
+            }
+        }
+        Ok(Self(lower))
+    }
+
+    /// For `*.example.com`, `example.com`: what a matching host must end in, after a dot.
+    pub fn wildcard_suffix(&self) -> Option<&str> {
+        self.0.strip_prefix("*.")
+    }
+}
+
 /// A duration written as Go/Kubernetes do: `250ms`, `10s`, `1m`, `1h`, `1m30s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
@@ -190,6 +234,12 @@ string_newtype!(MatchPath, "path", |s| MatchPath::parse(s), |v| v.0.as_str());
 string_newtype!(RewritePath, "path", |s| RewritePath::parse(s), |v| v
     .0
     .as_str());
+string_newtype!(
+    RouteHostname,
+    "hostname",
+    |s| RouteHostname::parse(s),
+    |v| v.0.as_str()
+);
 string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {
     format_duration(v.0)
 });

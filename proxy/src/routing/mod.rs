@@ -3,6 +3,7 @@
 
 mod fault;
 mod header_modifier;
+mod hostnames;
 mod matches;
 mod mirror;
 mod normalize;

@@ -3,7 +3,11 @@
 
 use http::{HeaderMap, Method, Uri};
 
-use super::{matches::CompiledMatch, url_rewrite::HostRewrite};
+use super::{
+    hostnames::{request_host, HostIndex},
+    matches::CompiledMatch,
+    url_rewrite::HostRewrite,
+};
 use crate::model::{self, BackendRef, Filter};
 
 /// Routes compiled for selection. Build it once per routing snapshot and share it behind an `Arc`.
@@ -12,6 +16,8 @@ pub struct RouteTable {
     routes: Box<[CompiledRoute]>,
     /// Sorted by precedence, ties kept in route then match order, so the first match wins.
     entries: Box<[Entry]>,
+    /// The entries grouped by route hostname; `None` when no route names one.
+    hosts: Option<HostIndex>,
 }
 
 #[derive(Debug)]
@@ -67,20 +73,31 @@ impl RouteTable {
         }
         // A stable sort keeps list order among equals, the spec's final tie-break.
         entries.sort_by_key(|e| e.matcher.precedence());
+        let entry_routes: Vec<usize> = entries.iter().map(|e| e.route).collect();
+        let hosts = HostIndex::new(routes, &entry_routes);
         let routes = routes.iter().map(CompiledRoute::new).collect();
         Self {
             routes,
             entries: entries.into(),
+            hosts,
         }
     }
 
-    /// The highest-precedence route matching the request, if any.
+    /// The highest-precedence route matching the request, if any: among the routes of the
+    /// request host's most specific hostname first, when routes name hostnames.
     pub fn select(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<Selected<'_>> {
         let (path, query) = (uri.path(), uri.query());
-        let entry = self
-            .entries
-            .iter()
-            .find(|e| e.matcher.matches(method, path, query, headers))?;
+        let hit = |e: &&Entry| e.matcher.matches(method, path, query, headers);
+        let entry = match &self.hosts {
+            None => self.entries.iter().find(hit)?,
+            Some(index) => {
+                let host = request_host(uri, headers).unwrap_or_default();
+                let found = index
+                    .groups(&host)
+                    .find_map(|group| group.iter().map(|&i| &self.entries[i]).find(hit));
+                found?
+            }
+        };
         let compiled = self.routes.get(entry.route)?;
         Some(Selected {
             index: entry.route,
@@ -318,5 +335,94 @@ mod tests {
         assert!(t.pick_backend(0, 123).is_none());
         assert!(t.pick_backend(1, 123).is_none());
         assert!(t.pick_backend(2, 123).is_none());
+    }
+
+    fn on_host(t: &RouteTable, host: Option<&str>, uri: &str) -> Option<String> {
+        let h: Vec<(&str, &str)> = host.map(|h| ("host", h)).into_iter().collect();
+        pick(t, "GET", uri, &h)
+    }
+
+    #[test]
+    fn the_most_specific_hostname_decides_before_the_path_does() {
+        // File order and path precedence both favour the routes without or with wider hosts.
+        let t = table(
+            "- { name: any, matches: [{ path: { type: Exact, value: /a } }] }\n\
+             - { name: wild, hostnames: ['*.example.com'], matches: [{ path: { type: Exact, value: /a } }] }\n\
+             - { name: deeper, hostnames: ['*.api.example.com'] }\n\
+             - { name: exact, hostnames: [x.api.example.com, other.test] }",
+        );
+        assert_eq!(
+            on_host(&t, Some("x.api.example.com"), "/a").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            on_host(&t, Some("other.test"), "/a").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            on_host(&t, Some("y.api.example.com"), "/a").as_deref(),
+            Some("deeper")
+        );
+        assert_eq!(
+            on_host(&t, Some("y.example.com"), "/a").as_deref(),
+            Some("wild")
+        );
+        assert_eq!(
+            on_host(&t, Some("a.b.example.com"), "/a").as_deref(),
+            Some("wild")
+        );
+        // A wildcard never matches the bare suffix.
+        assert_eq!(
+            on_host(&t, Some("example.com"), "/a").as_deref(),
+            Some("any")
+        );
+        assert_eq!(
+            on_host(&t, Some("elsewhere.test"), "/a").as_deref(),
+            Some("any")
+        );
+        assert_eq!(on_host(&t, None, "/a").as_deref(), Some("any"));
+        // The Host's port, case and trailing dot do not matter; an absolute target's does.
+        assert_eq!(
+            on_host(&t, Some("X.API.Example.com:8080"), "/a").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            on_host(&t, Some("other.test."), "/a").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            on_host(&t, Some("elsewhere.test"), "http://other.test/a").as_deref(),
+            Some("exact")
+        );
+    }
+
+    #[test]
+    fn a_host_whose_routes_do_not_match_falls_to_less_specific_ones() {
+        let t = table(
+            "- { name: exact, hostnames: [a.test], matches: [{ path: { type: PathPrefix, value: /api } }] }\n\
+             - { name: wild, hostnames: ['*.test'], matches: [{ path: { type: PathPrefix, value: /web } }] }\n\
+             - { name: any, matches: [{ path: { type: PathPrefix, value: /static } }] }",
+        );
+        assert_eq!(
+            on_host(&t, Some("a.test"), "/api/x").as_deref(),
+            Some("exact")
+        );
+        assert_eq!(
+            on_host(&t, Some("a.test"), "/web/x").as_deref(),
+            Some("wild")
+        );
+        assert_eq!(
+            on_host(&t, Some("a.test"), "/static/x").as_deref(),
+            Some("any")
+        );
+        assert_eq!(on_host(&t, Some("a.test"), "/other"), None);
+        assert_eq!(on_host(&t, Some("b.test"), "/api/x"), None);
+        let only_named = table("- { name: named, hostnames: [a.test] }");
+        assert_eq!(
+            on_host(&only_named, Some("a.test"), "/").as_deref(),
+            Some("named")
+        );
+        assert_eq!(on_host(&only_named, Some("b.test"), "/"), None);
+        assert_eq!(on_host(&only_named, None, "/"), None);
     }
 }

@@ -102,6 +102,7 @@ services:
 gateway:
   routes:
     - name: edge
+      hostnames: [shop.example.com, "*.shop.example.com"]
       matches: [{ path: { type: PathPrefix, value: /shop }, method: GET }]
       filters:
         - type: URLRewrite

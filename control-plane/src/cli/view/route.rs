@@ -12,6 +12,8 @@ use super::service::{duration, opt_duration};
 pub struct Route {
     pub(crate) name: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) hostnames: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) matches: Vec<RouteMatch>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) filters: Vec<Filter>,
@@ -127,6 +129,7 @@ impl From<&pb::Route> for Route {
     fn from(r: &pb::Route) -> Self {
         Route {
             name: r.name.clone(),
+            hostnames: r.hostnames.clone(),
             matches: r.matches.iter().map(route_match).collect(),
             filters: r.filters.iter().filter_map(filter).collect(),
             backend_refs: r.backend_refs.iter().map(backend_ref).collect(),

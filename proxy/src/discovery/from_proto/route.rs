@@ -10,7 +10,7 @@ use crate::model::{
     BackendRef, Dur, Fault, FaultAbort, FaultDelay, Filter, HeaderMatch, HeaderModifier,
     HeaderName, HeaderValue, HeaderValuePair, MatchPath, Method, NameValue, PathMatch,
     PathModifier, Pattern, QueryParamMatch, RequestMirror, RequestRedirect, RetryPolicy,
-    RewritePath, Route, RouteMatch, RouteTimeouts, UrlRewrite, ValueMatchKind,
+    RewritePath, Route, RouteHostname, RouteMatch, RouteTimeouts, UrlRewrite, ValueMatchKind,
 };
 
 const REDIRECT_CODES: [u16; 5] = [301, 302, 303, 307, 308];
@@ -20,6 +20,11 @@ impl TryFrom<pb::Route> for Route {
 
     fn try_from(r: pb::Route) -> Result<Self, InvalidProto> {
         Ok(Route {
+            hostnames: each("hostnames", r.hostnames, |h| {
+                field("", h, |h| {
+                    RouteHostname::parse(&h).map_err(|e| format!("invalid hostname {h:?}: {e}"))
+                })
+            })?,
             matches: each("matches", r.matches, route_match)?,
             filters: each("filters", r.filters, filter)?,
             backend_refs: each("backend_refs", r.backend_refs, backend_ref)?,

@@ -319,6 +319,29 @@ fn a_path_without_a_leading_slash_is_refused_naming_the_field() {
 }
 
 #[test]
+fn a_bad_hostname_is_refused_naming_the_item_and_good_ones_lower_cased() {
+    let mut s = snapshot();
+    s.gateway_routes.push(pb::Route {
+        hostnames: vec!["Shop.Test".into(), "*.api.test".into(), "a.test:80".into()],
+        ..Default::default()
+    });
+    let err = Registry::try_from(s.clone()).expect_err("a port in a hostname");
+    assert_eq!(
+        err.to_string(),
+        "gateway_routes[1].hostnames[2]: invalid hostname \"a.test:80\": \
+         a hostname has no port (the Host's port is ignored)"
+    );
+    s.gateway_routes[1].hostnames.pop();
+    let reg = Registry::try_from(s).expect("valid hostnames");
+    let names: Vec<&str> = reg.gateway.routes[1]
+        .hostnames
+        .iter()
+        .map(|h| h.0.as_str())
+        .collect();
+    assert_eq!(names, ["shop.test", "*.api.test"]);
+}
+
+#[test]
 fn a_bad_header_name_is_refused_naming_the_field() {
     let mut s = snapshot();
     s.gateway_routes.push(pb::Route {

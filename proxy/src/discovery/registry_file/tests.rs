@@ -585,3 +585,57 @@ fn service_and_namespace_names_must_be_dns_labels() {
     );
     assert_eq!(problems(&ok), Vec::<String>::new());
 }
+
+#[test]
+fn route_hostnames_are_dns_names_or_one_leading_wildcard() {
+    let with = |hosts: &str| {
+        base_with(
+            "    - name: edge\n",
+            &format!("    - name: edge\n      hostnames: {hosts}\n"),
+        )
+    };
+    let reg = parse("registry.yaml", &with("[Shop.Example.COM, \"*.api.test\"]")).expect("valid");
+    let names: Vec<&str> = reg.gateway.routes[0]
+        .hostnames
+        .iter()
+        .map(|h| h.0.as_str())
+        .collect();
+    assert_eq!(names, ["shop.example.com", "*.api.test"]);
+    for (bad, why) in [
+        (
+            "\"*.*.test\"",
+            "`*` may only be the whole first label (`*.example.com`)",
+        ),
+        (
+            "\"a*.test\"",
+            "`*` may only be the whole first label (`*.example.com`)",
+        ),
+        (
+            "\"*\"",
+            "`*` may only be the whole first label (`*.example.com`)",
+        ),
+        (
+            "\"a.test:80\"",
+            "a hostname has no port (the Host's port is ignored)",
+        ),
+        ("\"10.0.0.1\"", "an IP address is no hostname"),
+        (
+            "\"a..test\"",
+            "each dot-separated label holds 1 to 63 characters",
+        ),
+        (
+            "\"a_b.test\"",
+            "only letters, digits, `-` and `.` are allowed",
+        ),
+        (
+            "\"-a.test\"",
+            "a label starts and ends with a letter or digit",
+        ),
+    ] {
+        let expected = format!(
+            "registry.yaml:11:19: gateway.routes[0].hostnames[0]: invalid hostname {:?}: {why}",
+            bad.trim_matches('"')
+        );
+        assert_eq!(problems(&with(&format!("[{bad}]"))), [expected], "{bad}");
+    }
+}
