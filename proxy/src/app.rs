@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
+    access_log::AccessLog,
     addr::{ClientAddr, OrigDstAddr},
     config::Config,
     discovery::{
@@ -44,6 +45,8 @@ pub struct Shared {
     pub(crate) own: Vec<SocketAddr>,
     draining: AtomicBool,
     control: Option<Arc<Control>>,
+    /// The access log (off unless `WEIR_PROXY_ACCESS_LOG` is set).
+    pub access_log: AccessLog,
 }
 
 impl Shared {
@@ -107,6 +110,9 @@ pub enum StartError {
     /// The control-plane client could not be set up.
     #[error("{0}")]
     Control(#[from] ControlError),
+    /// The access log's writer thread could not be started.
+    #[error("cannot start the access log: {0}")]
+    AccessLog(std::io::Error),
     /// Neither a registry file nor a control plane is configured.
     #[error("set WEIR_PROXY_REGISTRY (a registry file) or WEIR_PROXY_CONTROL_ADDR")]
     NoSource,
@@ -181,6 +187,7 @@ impl App {
             own,
             draining: AtomicBool::new(false),
             control,
+            access_log: AccessLog::start(config.access_log).map_err(StartError::AccessLog)?,
             config,
         });
         let (shutdown_tx, _) = watch::channel(false);

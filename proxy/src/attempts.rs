@@ -249,7 +249,13 @@ async fn once(
         f.complete_since(&result, sent);
     }
     match result {
-        Ok(resp) => Tried::Answered(resp),
+        Ok(mut resp) => {
+            if shared.access_log.is_on() {
+                resp.extensions_mut()
+                    .insert(crate::access_log::Upstream(ep.addr().0));
+            }
+            Tried::Answered(resp)
+        }
         Err(e) => Tried::Failed(e),
     }
 }

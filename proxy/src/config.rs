@@ -69,6 +69,8 @@ pub struct Config {
     pub path_normalization: PathNormalization,
     /// How header names are spelled in the HTTP/1 messages the proxy writes.
     pub http1_header_case: crate::http::h1::case::HeaderCase,
+    /// The access log's format (off by default).
+    pub access_log: crate::access_log::Format,
 }
 
 /// Every HTTP/2 limit the server enforces, set explicitly rather than inherited.
@@ -140,6 +142,7 @@ impl Default for Config {
             registry_poll: Duration::from_millis(250),
             path_normalization: PathNormalization::default(),
             http1_header_case: crate::http::h1::case::HeaderCase::default(),
+            access_log: crate::access_log::Format::default(),
         }
     }
 }

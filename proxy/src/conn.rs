@@ -267,6 +267,9 @@ async fn handle(
         }
     }
     let grpc = is_grpc(&parts.headers);
+    let logged = shared
+        .access_log
+        .begin(conn.client.0, conn.direction, &parts, start);
     let (metrics, result) = match conn.direction {
         Direction::Outbound => crate::outbound::request(shared, conn, parts, body).await,
         Direction::Inbound => crate::inbound::request(shared, conn, parts, body).await,
@@ -283,7 +286,11 @@ async fn handle(
         };
         rescue(&e, grpc, audience)
     });
-    crate::classify::count(&metrics, resp, start.elapsed().as_secs_f64())
+    let resp = crate::classify::count(&metrics, resp, start.elapsed().as_secs_f64());
+    match logged {
+        None => resp,
+        Some(entry) => shared.access_log.watch(entry, &metrics, resp),
+    }
 }
 
 #[cfg(test)]

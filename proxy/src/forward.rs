@@ -78,7 +78,12 @@ pub async fn to_endpoint(
     } else {
         Some(pool.acquire(proto).await?)
     };
-    send(&pool, None, conn, parts, body, upgrade).await
+    let mut resp = send(&pool, None, conn, parts, body, upgrade).await?;
+    if shared.access_log.is_on() {
+        resp.extensions_mut()
+            .insert(crate::access_log::Upstream(addr.0));
+    }
+    Ok(resp)
 }
 
 /// Header hygiene and request target for the upstream; returns whether this is an upgrade (or

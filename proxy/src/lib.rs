@@ -1,6 +1,7 @@
 //! weir-proxy: the per-pod sidecar and edge gateway. `App::build(config)` is shared by `main.rs`
 //! and the tests.
 
+pub mod access_log;
 pub mod addr;
 pub mod admin;
 pub mod admission;

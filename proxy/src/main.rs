@@ -28,6 +28,8 @@ fn main() -> ExitCode {
                 .expect("Config::from_env refuses a filter that does not parse"),
         )
         .with_target(false)
+        // stdout is the access log's (`WEIR_PROXY_ACCESS_LOG`); diagnostics stay apart.
+        .with_writer(std::io::stderr)
         .init();
     let runtime = runtime(config.workers).expect("a Tokio runtime can be built at start-up");
     runtime.block_on(async move {

@@ -100,6 +100,10 @@ fn describe() {
         "Responses the proxy produced itself, by cause (weir-proxy-error)."
     );
     describe_counter!(
+        crate::access_log::DROPPED,
+        "Access-log lines dropped because the writer fell behind (stdout slower than the requests)."
+    );
+    describe_counter!(
         RETRIES,
         "Requests sent again after a retryable failure, by direction, service and route."
     );
@@ -248,6 +252,16 @@ impl RouteMetrics {
             mirrors: Default::default(),
             labels,
         })
+    }
+
+    /// The `service` label (`namespace/name`; `unknown` and the like for unrouted traffic).
+    pub fn service(&self) -> &str {
+        self.labels.get(1).map_or("", Label::value)
+    }
+
+    /// The `route` label.
+    pub fn route(&self) -> &str {
+        self.labels.get(2).map_or("", Label::value)
     }
 
     /// A request arrived.

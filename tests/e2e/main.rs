@@ -1,5 +1,6 @@
 //! The end-to-end test binary: one module per feature, all against real processes and sockets.
 
+mod access_log;
 mod admin;
 mod bad_input;
 mod bodies;

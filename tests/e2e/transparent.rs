@@ -176,7 +176,10 @@ async fn unknown_destination_passes_through_to_the_original_address() {
          \x20 endpoints: [{{address: \"{}\"}}]\n",
         listed.addr
     );
-    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    let builder = WeirProxy::builder()
+        .registry_yaml(registry)
+        .env("WEIR_PROXY_ACCESS_LOG", "json");
+    let pod = Sidecar::start(ns, builder).await;
 
     let url = format!("http://{}/p", outside.addr);
     let replies = curl_ok(&pod, &[], &[url]).await;
@@ -195,6 +198,20 @@ async fn unknown_destination_passes_through_to_the_original_address() {
         ),
         Some(1.0),
         "{text}"
+    );
+    // The access log names the original destination the request went on to.
+    let line: serde_json::Value = poll_until(DEADLINE, "an access line", || async {
+        let log = pod.proxy.log();
+        let line = log.lines().find(|l| l.starts_with('{'))?;
+        serde_json::from_str(line).ok()
+    })
+    .await;
+    assert_eq!(line["direction"], "outbound", "{line}");
+    assert_eq!(line["service"], "passthrough", "{line}");
+    assert_eq!(line["upstream"], outside.addr.to_string(), "{line}");
+    assert_eq!(
+        (line["target"].as_str(), line["status"].as_u64()),
+        (Some("/p"), Some(200))
     );
 }
 

@@ -343,6 +343,7 @@ impl Config {
                 d.http1_header_case,
                 str::parse,
             ),
+            access_log: r.parse("WEIR_PROXY_ACCESS_LOG", d.access_log, str::parse),
         };
         match (&config.registry, &config.control_addr) {
             (None, None) => r.errors.push(

@@ -64,6 +64,8 @@ pub enum ProxyBody {
     Idle(Pin<Box<IdleBody<ProxyBody>>>),
     /// A request body whose trailers are cleaned on their way upstream (`trailers.rs`).
     CleanTrailers(Box<super::trailers::Cleaned>),
+    /// A response body whose end writes its request's access-log line (`access_log.rs`).
+    Logged(Box<crate::access_log::Logged>),
 }
 
 impl From<Incoming> for ProxyBody {
@@ -112,6 +114,7 @@ impl Body for ProxyBody {
             ProxyBody::Touched(t) => Pin::new(t.as_mut()).poll_frame(cx),
             ProxyBody::Idle(b) => return b.as_mut().poll_frame(cx),
             ProxyBody::CleanTrailers(c) => return c.poll_frame(cx),
+            ProxyBody::Logged(l) => return l.poll_frame(cx),
         };
         polled.map(|f| f.map(|r| r.map_err(BodyError::Hyper)))
     }
@@ -129,6 +132,7 @@ impl Body for ProxyBody {
             ProxyBody::Touched(t) => t.is_end_stream(),
             ProxyBody::Idle(b) => b.is_end_stream(),
             ProxyBody::CleanTrailers(c) => c.inner().is_end_stream(),
+            ProxyBody::Logged(l) => l.inner().is_end_stream(),
         }
     }
 
@@ -145,6 +149,7 @@ impl Body for ProxyBody {
             ProxyBody::Touched(t) => t.size_hint(),
             ProxyBody::Idle(b) => b.size_hint(),
             ProxyBody::CleanTrailers(c) => c.size_hint(),
+            ProxyBody::Logged(l) => l.inner().size_hint(),
         }
     }
 }
