@@ -59,7 +59,7 @@ pub async fn route(
     if let Some(m) = &metrics {
         m.request();
     }
-    let (delay, mirrored) =
+    let (delay, mirrored, cors) =
         match routing::apply_request_filters(&sel, &mut parts, || rand::random::<f64>() * 100.0) {
             RequestOutcome::Respond(resp) => {
                 return Routed {
@@ -67,7 +67,11 @@ pub async fn route(
                     result: Ok(resp.map(|()| ProxyBody::empty())),
                 };
             }
-            RequestOutcome::Continue { delay, mirrors } => (delay, !mirrors.is_empty()),
+            RequestOutcome::Continue {
+                delay,
+                mirrors,
+                cors,
+            } => (delay, !mirrors.is_empty(), cors),
         };
     let Some(backend) = picked else {
         return Routed {
@@ -118,7 +122,7 @@ pub async fn route(
     .await;
     let result = admitted.finish(result).map(|resp| {
         let (mut rp, b) = resp.into_parts();
-        routing::apply_response_filters(route, &mut rp);
+        routing::apply_response_filters(route, cors, &mut rp);
         Response::from_parts(rp, b)
     });
     Routed { metrics, result }

@@ -7,6 +7,7 @@ mod bodies;
 mod breaker;
 mod connect;
 mod control;
+mod cors;
 mod cpu_level;
 mod gateway;
 mod grpc;

@@ -143,6 +143,17 @@ fn filter(f: &Filter) -> pb::Filter {
                 duration: Some(duration(d.duration.0)),
             }),
         }),
+        Filter::Cors { cors: c } => {
+            let tokens = |v: &[model::CorsToken]| v.iter().map(|t| t.0.clone()).collect();
+            Kind::Cors(pb::Cors {
+                allow_origins: c.allow_origins.iter().map(|o| o.0.clone()).collect(),
+                allow_methods: tokens(&c.allow_methods),
+                allow_headers: tokens(&c.allow_headers),
+                expose_headers: tokens(&c.expose_headers),
+                max_age: Some(c.max_age),
+                allow_credentials: c.allow_credentials,
+            })
+        }
     };
     pb::Filter { kind: Some(kind) }
 }

@@ -1,11 +1,11 @@
-//! Route filters (header modifiers, rewrites, redirects, mirrors, faults), read from their wire
+//! Route filters (header modifiers, rewrites, redirects, mirrors, faults, CORS), read from their wire
 //! shape so a bad field is reported at its own line.
 
 use std::fmt;
 
 use serde::{de, Deserialize, Deserializer, Serialize};
 
-use super::{BackendRef, Dur, HeaderName, HeaderValue, RewritePath};
+use super::{BackendRef, CorsOrigin, CorsToken, Dur, HeaderName, HeaderValue, RewritePath};
 
 /// Ordered filters, applied in the order written. Deserialized through `FilterRepr` (see there).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -39,6 +39,11 @@ pub enum Filter {
     Fault {
         fault: Fault,
     },
+    /// Gateway API HTTPCORSFilter: preflights answered at the proxy.
+    #[serde(rename = "CORS")]
+    Cors {
+        cors: Cors,
+    },
 }
 
 /// The wire shape of a [`Filter`]: `type` plus one payload field. Serde's internally tagged enums
@@ -57,6 +62,7 @@ struct FilterRepr {
     add_query_parameter: Option<NameValue>,
     request_mirror: Option<RequestMirror>,
     fault: Option<Fault>,
+    cors: Option<Cors>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +74,8 @@ enum FilterKind {
     AddQueryParameter,
     RequestMirror,
     Fault,
+    #[serde(rename = "CORS")]
+    Cors,
 }
 
 impl TryFrom<FilterRepr> for Filter {
@@ -85,6 +93,7 @@ impl TryFrom<FilterRepr> for Filter {
             ("addQueryParameter", r.add_query_parameter.is_some()),
             ("requestMirror", r.request_mirror.is_some()),
             ("fault", r.fault.is_some()),
+            ("cors", r.cors.is_some()),
         ];
         let (name, filter) = match r.kind {
             FilterKind::RequestHeaderModifier => (
@@ -123,6 +132,7 @@ impl TryFrom<FilterRepr> for Filter {
                     .map(|x| Filter::RequestMirror { request_mirror: x }),
             ),
             FilterKind::Fault => ("fault", r.fault.map(|fault| Filter::Fault { fault })),
+            FilterKind::Cors => ("cors", r.cors.map(|cors| Filter::Cors { cors })),
         };
         if let Some((stray, _)) = present.iter().find(|(field, set)| *set && *field != name) {
             return Err(format!(
@@ -286,6 +296,34 @@ fn default_redirect_status() -> u16 {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequestMirror {
     pub backend_ref: BackendRef,
+}
+
+/// What a `CORS` filter allows (Gateway API HTTPCORSFilter; the Fetch standard's fields).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cors {
+    /// Origins whose pages may read the responses; `*` for any.
+    #[serde(default)]
+    pub allow_origins: Vec<CorsOrigin>,
+    /// Methods a preflight may ask for; `*` for any.
+    #[serde(default)]
+    pub allow_methods: Vec<CorsToken>,
+    /// Request headers a preflight may ask for; `*` for any.
+    #[serde(default)]
+    pub allow_headers: Vec<CorsToken>,
+    /// Response headers the page may read beyond the safelisted ones.
+    #[serde(default)]
+    pub expose_headers: Vec<CorsToken>,
+    /// Seconds a browser may cache a preflight's answer (Gateway API's default: 5).
+    #[serde(default = "default_max_age")]
+    pub max_age: u32,
+    /// Whether requests with credentials (cookies, HTTP auth) may be read.
+    #[serde(default)]
+    pub allow_credentials: bool,
+}
+
+fn default_max_age() -> u32 {
+    5
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]

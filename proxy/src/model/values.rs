@@ -163,6 +163,93 @@ impl RouteHostname {
     }
 }
 
+/// An origin a `CORS` filter allows: `*`, or `scheme://host[:port]` whose host may start with
+/// a `*.` label (`https://*.example.com`: any subdomain, not `example.com` itself). Lower-cased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorsOrigin(pub String);
+
+impl CorsOrigin {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "*" {
+            return Ok(Self(s.into()));
+        }
+        let lower = s.to_ascii_lowercase();
+        let (scheme, authority) = split_origin(&lower)
+            .ok_or("must be `*` or scheme://host[:port], with nothing after the host")?;
+        if !scheme.starts_with(|c: char| c.is_ascii_lowercase())
+            || !scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b))
+        {
+            return Err(format!("{scheme:?} is not a URI scheme"));
+        }
+        let host = authority.strip_prefix("*.").unwrap_or(authority);
+        if host.is_empty() || host.contains('*') || !crate::http::host::is_valid(host.as_bytes()) {
+            return Err(format!(
+                "{authority:?} is not a host[:port] (`*.` may only start it)"
+            ));
+        }
+        Ok(Self(lower))
+    }
+
+    /// Whether the request's `Origin` value is one this allows (scheme and host in any case;
+    /// the port must be the same, or absent from both).
+    pub fn allows(&self, origin: &str) -> bool {
+        if self.0 == "*" {
+            return true;
+        }
+        let (Some((scheme, authority)), Some((want_scheme, want))) =
+            (split_origin(origin), split_origin(&self.0))
+        else {
+            return false;
+        };
+        if !scheme.eq_ignore_ascii_case(want_scheme) {
+            return false;
+        }
+        match want.strip_prefix("*.") {
+            None => authority.eq_ignore_ascii_case(want),
+            Some(suffix) => {
+                // `a.example.com[:port]` against `example.com[:port]`: a label, a dot, then it.
+                let (host, port) = host_port(authority);
+                let (want_host, want_port) = host_port(suffix);
+                port == want_port
+                    && host.len() > want_host.len() + 1
+                    && host.as_bytes()[host.len() - want_host.len() - 1] == b'.'
+                    && host[host.len() - want_host.len()..].eq_ignore_ascii_case(want_host)
+            }
+        }
+    }
+}
+
+/// `scheme://authority` split at `://`; `None` if there is a path, query or nothing after it.
+fn split_origin(s: &str) -> Option<(&str, &str)> {
+    let (scheme, authority) = s.split_once("://")?;
+    (!authority.is_empty() && !authority.contains(['/', '?', '#'])).then_some((scheme, authority))
+}
+
+/// `host:port` as (`host`, `Some(port)`); a bracketed IPv6 literal keeps its brackets.
+fn host_port(a: &str) -> (&str, Option<&str>) {
+    match a.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => (h, Some(p)),
+        _ => (a, None),
+    }
+}
+
+/// A method or header name a `CORS` filter lists: a token as written, or `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorsToken(pub String);
+
+impl CorsToken {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        // A method is any token (RFC 9110 §9.1), so `Method` checks the characters.
+        if s == "*" || http::Method::from_str(s).is_ok() {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err("must be a token (letters, digits, and !#$%&'*+-.^_`|~) or `*`".into())
+        }
+    }
+}
+
 /// A duration written as Go/Kubernetes do: `250ms`, `10s`, `1m`, `1h`, `1m30s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
@@ -238,6 +325,15 @@ string_newtype!(
     RouteHostname,
     "hostname",
     |s| RouteHostname::parse(s),
+    |v| v.0.as_str()
+);
+string_newtype!(CorsOrigin, "origin", |s| CorsOrigin::parse(s), |v| v
+    .0
+    .as_str());
+string_newtype!(
+    CorsToken,
+    "method or header name",
+    |s| CorsToken::parse(s),
     |v| v.0.as_str()
 );
 string_newtype!(Dur, "duration", |s| parse_duration(s).map(Dur), |v| {

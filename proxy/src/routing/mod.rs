@@ -1,6 +1,7 @@
 //! Gateway API HTTPRoute semantics as pure functions over `http` types: select a route, run its
 //! filters in order (one exhaustive `match`), pick a weighted backend.
 
+mod cors;
 mod fault;
 mod header_modifier;
 mod hostnames;
@@ -35,6 +36,8 @@ pub enum RequestOutcome<'a> {
         delay: Option<Duration>,
         /// Mirror backends in filter order; empty (and unallocated) without `RequestMirror`.
         mirrors: Vec<&'a BackendRef>,
+        /// What a `CORS` filter puts on the response (an allowed origin's actual request).
+        cors: Option<http::HeaderMap>,
     },
     /// Answer the client with this response (a redirect or an injected abort) and stop.
     Respond(http::Response<()>),
@@ -49,6 +52,7 @@ pub fn apply_request_filters<'a>(
 ) -> RequestOutcome<'a> {
     let mut delay: Option<Duration> = None;
     let mut mirrors = Vec::new();
+    let mut marks = None;
     let route: &'a model::Route = selected.route;
     for (i, filter) in route.filters.iter().enumerate() {
         match filter {
@@ -81,13 +85,27 @@ pub fn apply_request_filters<'a>(
                 fault::Decision::Delay(d) => delay = Some(delay.unwrap_or_default() + d),
                 fault::Decision::Pass => {}
             },
+            Filter::Cors { cors } => match cors::decide(cors, &parts.method, &parts.headers) {
+                cors::Decision::Preflight(response) => return RequestOutcome::Respond(response),
+                cors::Decision::Mark(m) => marks = Some(m),
+                cors::Decision::Pass => {}
+            },
         }
     }
-    RequestOutcome::Continue { delay, mirrors }
+    RequestOutcome::Continue {
+        delay,
+        mirrors,
+        cors: marks,
+    }
 }
 
-/// Runs the route's `ResponseHeaderModifier` filters, in order, over the upstream response head.
-pub fn apply_response_filters(route: &model::Route, parts: &mut response::Parts) {
+/// Runs the route's `ResponseHeaderModifier` filters, in order, over the upstream response head,
+/// then sets what a `CORS` filter decided for the request (`cors`), which they cannot undo.
+pub fn apply_response_filters(
+    route: &model::Route,
+    cors: Option<http::HeaderMap>,
+    parts: &mut response::Parts,
+) {
     for filter in &route.filters {
         if let Filter::ResponseHeaderModifier {
             response_header_modifier,
@@ -95,6 +113,9 @@ pub fn apply_response_filters(route: &model::Route, parts: &mut response::Parts)
         {
             header_modifier::apply(response_header_modifier, &mut parts.headers);
         }
+    }
+    if let Some(marks) = cors {
+        cors::mark(marks, &mut parts.headers);
     }
 }
 
@@ -178,7 +199,7 @@ mod tests {
             let mut parts = request("GET", uri, &[("x-request-source", "client")]);
             let outcome = run(&table, &mut parts, &[]);
             assert!(
-                matches!(outcome, RequestOutcome::Continue { delay: None, ref mirrors } if mirrors.is_empty())
+                matches!(outcome, RequestOutcome::Continue { delay: None, ref mirrors, cors: None } if mirrors.is_empty())
             );
             assert_eq!(parts.uri, want, "{uri}");
             assert_eq!(parts.headers["x-request-source"], "gateway");
@@ -270,7 +291,7 @@ mod tests {
             .body(())
             .expect("test response")
             .into_parts();
-        apply_response_filters(route, &mut head);
+        apply_response_filters(route, None, &mut head);
         assert_eq!(head.headers["x-r"], "1");
         assert!(!head.headers.contains_key("server"));
     }

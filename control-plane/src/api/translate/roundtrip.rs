@@ -105,6 +105,14 @@ gateway:
       hostnames: [shop.example.com, "*.shop.example.com"]
       matches: [{ path: { type: PathPrefix, value: /shop }, method: GET }]
       filters:
+        - type: CORS
+          cors:
+            allowOrigins: ["https://app.example.com", "https://*.example.com:8443", "*"]
+            allowMethods: [GET, "*"]
+            allowHeaders: [x-token]
+            exposeHeaders: [x-total]
+            maxAge: 600
+            allowCredentials: true
         - type: URLRewrite
           urlRewrite: { path: { type: ReplacePrefixMatch, replacePrefixMatch: / } }
       backendRefs: [{ name: web, namespace: shop }]

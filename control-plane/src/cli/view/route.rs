@@ -248,9 +248,19 @@ fn filter(f: &pb::Filter) -> Option<Filter> {
                     "duration": opt_duration(&d.duration)})),
             }),
         ),
+        Kind::Cors(c) => (
+            "CORS",
+            "cors",
+            json!({
+                "allowOrigins": c.allow_origins, "allowMethods": c.allow_methods,
+                "allowHeaders": c.allow_headers, "exposeHeaders": c.expose_headers,
+                "maxAge": c.max_age.unwrap_or(5), "allowCredentials": c.allow_credentials,
+            }),
+        ),
     };
     let mut payload = serde_json::Map::new();
     payload.insert(field.to_string(), value);
+
     Some(Filter { kind, payload })
 }
 

@@ -7,10 +7,11 @@ use weir_proto::discovery as pb;
 
 use super::{each, field, opt_dur, required_dur, small, InvalidProto};
 use crate::model::{
-    BackendRef, Dur, Fault, FaultAbort, FaultDelay, Filter, HeaderMatch, HeaderModifier,
-    HeaderName, HeaderValue, HeaderValuePair, MatchPath, Method, NameValue, PathMatch,
-    PathModifier, Pattern, QueryParamMatch, RequestMirror, RequestRedirect, RetryPolicy,
-    RewritePath, Route, RouteHostname, RouteMatch, RouteTimeouts, UrlRewrite, ValueMatchKind,
+    BackendRef, Cors, CorsOrigin, CorsToken, Dur, Fault, FaultAbort, FaultDelay, Filter,
+    HeaderMatch, HeaderModifier, HeaderName, HeaderValue, HeaderValuePair, MatchPath, Method,
+    NameValue, PathMatch, PathModifier, Pattern, QueryParamMatch, RequestMirror, RequestRedirect,
+    RetryPolicy, RewritePath, Route, RouteHostname, RouteMatch, RouteTimeouts, UrlRewrite,
+    ValueMatchKind,
 };
 
 const REDIRECT_CODES: [u16; 5] = [301, 302, 303, 307, 308];
@@ -174,7 +175,40 @@ fn filter(f: pb::Filter) -> Result<Filter, InvalidProto> {
         Some(Kind::Fault(f)) => Filter::Fault {
             fault: fault(f).map_err(|e| e.within("fault"))?,
         },
+        Some(Kind::Cors(c)) => Filter::Cors {
+            cors: cors(c).map_err(|e| e.within("cors"))?,
+        },
     })
+}
+
+fn cors(c: pb::Cors) -> Result<Cors, InvalidProto> {
+    let tokens = |name: &str, v: Vec<String>| {
+        each(name, v, |t| {
+            field("", t, |t| {
+                CorsToken::parse(&t)
+                    .map_err(|e| format!("invalid method or header name {t:?}: {e}"))
+            })
+        })
+    };
+    let cors = Cors {
+        allow_origins: each("allow_origins", c.allow_origins, |o| {
+            field("", o, |o| {
+                CorsOrigin::parse(&o).map_err(|e| format!("invalid origin {o:?}: {e}"))
+            })
+        })?,
+        allow_methods: tokens("allow_methods", c.allow_methods)?,
+        allow_headers: tokens("allow_headers", c.allow_headers)?,
+        expose_headers: tokens("expose_headers", c.expose_headers)?,
+        max_age: c.max_age.unwrap_or(5),
+        allow_credentials: c.allow_credentials,
+    };
+    if cors.allow_origins.is_empty() {
+        return Err(InvalidProto::new(
+            "allow_origins",
+            "a CORS filter needs an origin to allow (`*` for any)",
+        ));
+    }
+    Ok(cors)
 }
 
 fn header_modifier(m: pb::HeaderModifier) -> Result<HeaderModifier, InvalidProto> {

@@ -260,7 +260,7 @@ fn bad_filter_type_is_reported_at_the_type() {
         "      backendRefs",
         "      filters:\n        - type: Rewrite\n      backendRefs",
     );
-    let expected = "registry.yaml:13:17: gateway.routes[0].filters[0].type: unknown variant `Rewrite`, expected one of `RequestHeaderModifier`, `ResponseHeaderModifier`, `URLRewrite`, `RequestRedirect`, `AddQueryParameter`, `RequestMirror`, `Fault`";
+    let expected = "registry.yaml:13:17: gateway.routes[0].filters[0].type: unknown variant `Rewrite`, expected one of `RequestHeaderModifier`, `ResponseHeaderModifier`, `URLRewrite`, `RequestRedirect`, `AddQueryParameter`, `RequestMirror`, `Fault`, `CORS`";
     assert_eq!(problems(&text), [expected]);
 }
 
@@ -637,5 +637,54 @@ fn route_hostnames_are_dns_names_or_one_leading_wildcard() {
             bad.trim_matches('"')
         );
         assert_eq!(problems(&with(&format!("[{bad}]"))), [expected], "{bad}");
+    }
+}
+
+#[test]
+fn a_cors_filter_is_read_and_a_bad_origin_or_token_reported_at_its_line() {
+    let with = |cors: &str| {
+        base_with(
+            "      backendRefs: [{ name: web }]\n",
+            &format!("      filters: [{{ type: CORS, cors: {cors} }}]\n      backendRefs: [{{ name: web }}]\n"),
+        )
+    };
+    let reg = parse(
+        "registry.yaml",
+        &with("{ allowOrigins: ['HTTPS://App.test', 'https://*.shop.test:8443'], allowMethods: [GET] }"),
+    )
+    .expect("valid");
+    let Filter::Cors { cors } = &reg.gateway.routes[0].filters[0] else {
+        panic!("not a CORS filter");
+    };
+    let origins: Vec<&str> = cors.allow_origins.iter().map(|o| o.0.as_str()).collect();
+    assert_eq!(origins, ["https://app.test", "https://*.shop.test:8443"]);
+    assert_eq!((cors.max_age, cors.allow_credentials), (5, false));
+    for (cors, at, why) in [
+        (
+            "{ allowOrigins: ['https://app.test/path'] }",
+            "gateway.routes[0].filters[0].cors.allowOrigins[0]: invalid origin \"https://app.test/path\": must be `*` or scheme://host[:port], with nothing after the host",
+            "path",
+        ),
+        (
+            "{ allowOrigins: ['https://a.*.test'] }",
+            "gateway.routes[0].filters[0].cors.allowOrigins[0]: invalid origin \"https://a.*.test\": \"a.*.test\" is not a host[:port] (`*.` may only start it)",
+            "inner wildcard",
+        ),
+        (
+            "{ allowOrigins: ['*'], allowHeaders: ['x token'] }",
+            "gateway.routes[0].filters[0].cors.allowHeaders[0]: invalid method or header name \"x token\": must be a token (letters, digits, and !#$%&'*+-.^_`|~) or `*`",
+            "space in a header name",
+        ),
+        (
+            "{ allowMethods: [GET] }",
+            "gateway.routes[0].filters[0].cors.allowOrigins: a CORS filter needs an origin to allow (`*` for any)",
+            "no origin",
+        ),
+    ] {
+        let got = problems(&with(cors));
+        assert_eq!(got.len(), 1, "{why}: {got:?}");
+        let (pos, rest) = got[0].split_once(": ").expect("file:line:col: ...");
+        assert!(pos.starts_with("registry.yaml:12:"), "{why}: {pos}");
+        assert_eq!(rest, at, "{why}");
     }
 }

@@ -296,10 +296,16 @@ impl<P: FnMut(Vec<Seg>, String)> RouteCheck<'_, P> {
                     let path = at(&[Seg::Key("requestMirror"), Seg::Key("backendRef")]);
                     self.backend(&request_mirror.backend_ref, namespace, path);
                 }
+                Filter::Cors { cors } if cors.allow_origins.is_empty() => {
+                    let path = at(&[Seg::Key("cors"), Seg::Key("allowOrigins")]);
+                    let msg = "a CORS filter needs an origin to allow (`*` for any)";
+                    (self.push)(path, msg.into());
+                }
                 Filter::RequestHeaderModifier { .. }
                 | Filter::ResponseHeaderModifier { .. }
                 | Filter::URLRewrite { .. }
-                | Filter::AddQueryParameter { .. } => {}
+                | Filter::AddQueryParameter { .. }
+                | Filter::Cors { .. } => {}
             }
         }
         if route.backend_refs.is_empty() && !terminal {
