@@ -71,6 +71,8 @@ pub struct Config {
     pub http1_header_case: crate::http::h1::case::HeaderCase,
     /// The access log's format (off by default).
     pub access_log: crate::access_log::Format,
+    /// Whether requests without `X-Request-Id` get one.
+    pub request_id: crate::http::request_id::RequestId,
 }
 
 /// Every HTTP/2 limit the server enforces, set explicitly rather than inherited.
@@ -143,6 +145,7 @@ impl Default for Config {
             path_normalization: PathNormalization::default(),
             http1_header_case: crate::http::h1::case::HeaderCase::default(),
             access_log: crate::access_log::Format::default(),
+            request_id: crate::http::request_id::RequestId::default(),
         }
     }
 }

@@ -267,6 +267,7 @@ async fn handle(
         }
     }
     let grpc = is_grpc(&parts.headers);
+    shared.config.request_id.ensure(&mut parts.headers);
     let logged = shared
         .access_log
         .begin(conn.client.0, conn.direction, &parts, start);

@@ -207,3 +207,49 @@ async fn apache_lines_are_combined_format_then_weirs_fields() {
         "{line}"
     );
 }
+
+/// `WEIR_PROXY_REQUEST_ID=generate`: a request without `X-Request-Id` reaches the backend with a
+/// fresh UUID, which its access line names; one the client sent is kept.
+#[tokio::test]
+async fn generated_request_ids_reach_the_backend_and_the_log() {
+    let backend = TestBackend::start("shop").await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/shop", "shop", &[backend.addr])]))
+        .gateway(true)
+        .env("WEIR_PROXY_ACCESS_LOG", "json")
+        .env("WEIR_PROXY_REQUEST_ID", "generate")
+        .start()
+        .await;
+    let gw = proxy.gateway.expect("gateway listener");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let reply = send(gw, request(Method::GET, "shop.test", "/shop/new", "")).await;
+        let id = reply.json()["headers"]["x-request-id"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no x-request-id upstream: {}", reply.body));
+        let b = id.as_bytes();
+        assert!(
+            b.len() == 36 && b[14] == b'4' && b"89ab".contains(&b[19]),
+            "{id}"
+        );
+        seen.push(id);
+    }
+    assert_ne!(seen[0], seen[1]);
+    let mut own = request(Method::GET, "shop.test", "/shop/own", "");
+    own.headers_mut()
+        .insert("x-request-id", "client-7".parse().expect("value"));
+    let reply = send(gw, own).await;
+    assert_eq!(reply.json()["headers"]["x-request-id"], "client-7");
+
+    let lines = json_lines(&proxy, 3).await;
+    let ids: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["request_id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [seen[0].as_str(), seen[1].as_str(), "client-7"],
+        "{lines:?}"
+    );
+}

@@ -344,6 +344,7 @@ impl Config {
                 str::parse,
             ),
             access_log: r.parse("WEIR_PROXY_ACCESS_LOG", d.access_log, str::parse),
+            request_id: r.parse("WEIR_PROXY_REQUEST_ID", d.request_id, str::parse),
         };
         match (&config.registry, &config.control_addr) {
             (None, None) => r.errors.push(

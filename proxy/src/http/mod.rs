@@ -11,6 +11,7 @@ pub mod pool;
 #[cfg(any(test, fuzzing))]
 pub mod props;
 pub mod read_room;
+pub mod request_id;
 pub mod scratch;
 pub mod server;
 pub mod spare_maps;
