@@ -271,7 +271,11 @@ async fn handle(
     let logged = shared
         .access_log
         .begin(conn.client.0, conn.direction, &parts, start);
-    let (metrics, result) = match conn.direction {
+    let crate::dispatch::Handled {
+        metrics,
+        result,
+        cors,
+    } = match conn.direction {
         Direction::Outbound => crate::outbound::request(shared, conn, parts, body).await,
         Direction::Inbound => crate::inbound::request(shared, conn, parts, body).await,
         Direction::Gateway => {
@@ -285,7 +289,12 @@ async fn handle(
             Direction::Gateway => Audience::Edge,
             Direction::Outbound | Direction::Inbound => Audience::Mesh,
         };
-        rescue(&e, grpc, audience)
+        let mut answer = rescue(&e, grpc, audience);
+        if let Some(marks) = cors {
+            // A browser reads a 502 or a 429 only if it carries what the route's CORS allows.
+            crate::routing::mark_cors(marks, answer.headers_mut());
+        }
+        answer
     });
     let resp = crate::classify::count(&metrics, resp, start.elapsed().as_secs_f64());
     match logged {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{request::Parts, Response};
+use http::{request::Parts, HeaderMap, Response};
 
 use crate::{
     addr::ClientAddr,
@@ -23,6 +23,33 @@ pub struct Routed {
     pub metrics: Option<Arc<RouteMetrics>>,
     /// The outcome.
     pub result: Result<Response<ProxyBody>, ProxyError>,
+    /// What a `CORS` filter decided an answer the proxy makes itself must carry too (an
+    /// upstream's answer has it already).
+    pub cors: Option<HeaderMap>,
+}
+
+/// What a direction's path did with a request: the metrics handle it counted on, the outcome,
+/// and the CORS fields that go on the answer should the proxy make it (`conn::handle` turns
+/// errors into answers).
+pub struct Handled {
+    /// The handle the request was counted on.
+    pub metrics: Arc<RouteMetrics>,
+    /// The outcome.
+    pub result: Result<Response<ProxyBody>, ProxyError>,
+    /// For a proxy-made answer to a request a `CORS` filter marked.
+    pub cors: Option<HeaderMap>,
+}
+
+impl From<(Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>)> for Handled {
+    fn from(
+        (metrics, result): (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>),
+    ) -> Self {
+        Handled {
+            metrics,
+            result,
+            cors: None,
+        }
+    }
 }
 
 /// Routes through `set`; `default_ns` resolves backendRefs without a namespace; `client` keys
@@ -40,12 +67,14 @@ pub async fn route(
         return Routed {
             metrics: None,
             result: Err(ProxyError::BadRequest(why)),
+            cors: None,
         };
     }
     let Some(sel) = set.table.select(&parts.method, &parts.uri, &parts.headers) else {
         return Routed {
             metrics: None,
             result: Err(ProxyError::NoRoute),
+            cors: None,
         };
     };
     let route_idx = sel.index;
@@ -65,6 +94,7 @@ pub async fn route(
                 return Routed {
                     metrics,
                     result: Ok(resp.map(|()| ProxyBody::empty())),
+                    cors: None,
                 };
             }
             RequestOutcome::Continue {
@@ -77,6 +107,7 @@ pub async fn route(
         return Routed {
             metrics,
             result: Err(ProxyError::NoBackend),
+            cors,
         };
     };
     if let Some(d) = delay {
@@ -90,6 +121,7 @@ pub async fn route(
         return Routed {
             metrics,
             result: Err(ProxyError::UnknownService(format!("{}.{ns}", backend.name))),
+            cors,
         };
     };
     let policy = set.policy(route_idx).unwrap_or(&svc.default_route);
@@ -100,6 +132,7 @@ pub async fn route(
                 return Routed {
                     metrics,
                     result: Err(e),
+                    cors,
                 }
             }
         };
@@ -120,10 +153,17 @@ pub async fn route(
         forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body)
     })
     .await;
-    let result = admitted.finish(result).map(|resp| {
-        let (mut rp, b) = resp.into_parts();
-        routing::apply_response_filters(route, cors, &mut rp);
-        Response::from_parts(rp, b)
-    });
-    Routed { metrics, result }
+    let (result, cors) = match admitted.finish(result) {
+        Ok(resp) => {
+            let (mut rp, b) = resp.into_parts();
+            routing::apply_response_filters(route, cors, &mut rp);
+            (Ok(Response::from_parts(rp, b)), None)
+        }
+        Err(e) => (Err(e), cors),
+    };
+    Routed {
+        metrics,
+        result,
+        cors,
+    }
 }

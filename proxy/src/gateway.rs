@@ -1,15 +1,14 @@
 //! The gateway path: explicit clients at the edge → Host/path routes → backend services.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use http::{request::Parts, HeaderValue, Response};
+use http::{request::Parts, HeaderValue};
 
 use crate::{
     app::{ConnInfo, Shared},
-    dispatch,
+    dispatch::{self, Handled},
     error::ProxyError,
     http::{body::ProxyBody, headers},
-    metrics::RouteMetrics,
 };
 
 /// Handles one gateway request; returns the metrics handle it counted on. `forwarded_for` keeps
@@ -20,7 +19,7 @@ pub async fn request(
     forwarded_for: &OnceLock<HeaderValue>,
     mut parts: Box<Parts>,
     body: ProxyBody,
-) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
+) -> Handled {
     let snap = shared.snapshot();
     // The gateway routes to services; it is no forward proxy for whoever reaches the edge.
     if parts.method == http::Method::CONNECT {
@@ -28,11 +27,12 @@ pub async fn request(
         return (
             snap.gateway_unmatched.clone(),
             Err(ProxyError::ConnectRefused),
-        );
+        )
+            .into();
     }
     if let Err(e) = headers::validate_request(&mut parts) {
         snap.gateway_unmatched.request();
-        return (snap.gateway_unmatched.clone(), Err(e));
+        return (snap.gateway_unmatched.clone(), Err(e)).into();
     }
     let client = forwarded_for.get_or_init(|| headers::forwarded_for(conn.client.0.ip()));
     headers::add_forwarded(&mut parts.headers, client, "http");
@@ -51,5 +51,9 @@ pub async fn request(
         snap.gateway_unmatched.request();
         snap.gateway_unmatched.clone()
     });
-    (metrics, routed.result)
+    Handled {
+        metrics,
+        result: routed.result,
+        cors: routed.cors,
+    }
 }

@@ -1,17 +1,15 @@
 //! The inbound path: a peer's request → the local application at the original port.
 
-use std::sync::Arc;
-
-use http::{request::Parts, Response};
+use http::request::Parts;
 
 use crate::{
     addr::EndpointAddr,
     admission::{self, Admitted},
     app::{ConnInfo, Shared},
+    dispatch::Handled,
     error::ProxyError,
     forward,
     http::{body::ProxyBody, headers},
-    metrics::RouteMetrics,
     resilience::idle::resolve,
 };
 
@@ -21,10 +19,10 @@ pub async fn request(
     conn: &ConnInfo,
     mut parts: Box<Parts>,
     body: ProxyBody,
-) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
+) -> Handled {
     let snap = shared.snapshot();
     let Some(dst) = conn.orig_dst else {
-        return (snap.passthrough.clone(), Err(ProxyError::NoRoute));
+        return (snap.passthrough.clone(), Err(ProxyError::NoRoute)).into();
     };
     let svc = snap.by_endpoint(dst.0);
     let m = svc.map_or_else(
@@ -33,12 +31,12 @@ pub async fn request(
     );
     m.request();
     if let Err(e) = headers::validate_request(&mut parts) {
-        return (m, Err(e));
+        return (m, Err(e)).into();
     }
     let admitted = match svc {
         Some(s) => match admission::admit_inbound(s, &m, &parts.headers, conn.client).await {
             Ok(a) => a,
-            Err(e) => return (m, Err(e)),
+            Err(e) => return (m, Err(e)).into(),
         },
         None => Admitted::default(),
     };
@@ -50,5 +48,5 @@ pub async fn request(
         forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body)
     })
     .await;
-    (m, admitted.finish(result))
+    (m, admitted.finish(result)).into()
 }

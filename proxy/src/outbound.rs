@@ -4,18 +4,17 @@
 
 use std::sync::Arc;
 
-use http::{request::Parts, Response};
+use http::request::Parts;
 
 use crate::{
     addr::{EndpointAddr, OrigDstAddr},
     admission,
     app::{ConnInfo, Shared},
     discovery::index::{ServiceTarget, Snapshot},
-    dispatch,
+    dispatch::{self, Handled},
     error::ProxyError,
     forward,
     http::{body::ProxyBody, headers},
-    metrics::RouteMetrics,
 };
 
 /// Handles one outbound request; returns the metrics handle it counted on.
@@ -24,10 +23,10 @@ pub async fn request(
     conn: &ConnInfo,
     mut parts: Box<Parts>,
     body: ProxyBody,
-) -> (Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>) {
+) -> Handled {
     let mut snap = shared.snapshot();
     if let Err(e) = headers::validate_request(&mut parts) {
-        return (snap.passthrough.clone(), Err(e));
+        return (snap.passthrough.clone(), Err(e)).into();
     }
     // A CONNECT's authority is where the tunnel goes beyond the server it addressed (a
     // forward proxy, say), so it is found by its original destination alone.
@@ -49,13 +48,14 @@ pub async fn request(
         let m = snap.passthrough.clone();
         m.request();
         let Some(dst) = conn.orig_dst else {
-            return (m, Err(ProxyError::NoRoute));
+            return (m, Err(ProxyError::NoRoute)).into();
         };
         let proto = forward::same_as(parts.version);
         return (
             m,
             forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
-        );
+        )
+            .into();
     };
     if svc.routes.table.is_empty() {
         let m = svc.default_metrics[0].clone();
@@ -69,7 +69,7 @@ pub async fn request(
         );
         let admitted = match admitted.await {
             Ok(a) => a,
-            Err(e) => return (m, Err(e)),
+            Err(e) => return (m, Err(e)).into(),
         };
         let idle = crate::idle::timeout_for(&svc.default_route, svc);
         crate::idle::for_upgrade(&mut parts, idle);
@@ -77,7 +77,7 @@ pub async fn request(
             forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body)
         })
         .await;
-        return (m, admitted.finish(result));
+        return (m, admitted.finish(result)).into();
     }
     let routed = dispatch::route(
         shared,
@@ -89,12 +89,13 @@ pub async fn request(
         conn.client,
     )
     .await;
-    (
-        routed
+    Handled {
+        metrics: routed
             .metrics
             .unwrap_or_else(|| svc.default_metrics[0].clone()),
-        routed.result,
-    )
+        result: routed.result,
+        cors: routed.cors,
+    }
 }
 
 /// The service a request is for: by virtual address, else by authority.

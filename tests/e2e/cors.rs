@@ -20,6 +20,12 @@ const ROUTES: &str = "    - name: app
             maxAge: 600
             allowCredentials: true
       backendRefs: [{ name: app }]
+    - name: down
+      matches: [{ path: { type: PathPrefix, value: /down } }]
+      filters:
+        - type: CORS
+          cors: { allowOrigins: ['*'] }
+      backendRefs: [{ name: down }]
     - name: plain
       backendRefs: [{ name: app }]
 ";
@@ -50,7 +56,8 @@ fn vary(r: &Reply) -> Vec<&str> {
 #[tokio::test]
 async fn preflights_are_answered_at_the_proxy_and_allowed_origins_marked() {
     let app = TestBackend::start("app").await;
-    let (_proxy, gw) = gateway_proxy(&registry(&[service("app", &[app.addr])], ROUTES)).await;
+    let services = [service("app", &[app.addr]), service("down", &[])];
+    let (_proxy, gw) = gateway_proxy(&registry(&services, ROUTES)).await;
     let preflight = |origin: &'static str| async move {
         let fields = [
             ("origin", origin),
@@ -120,4 +127,17 @@ async fn preflights_are_answered_at_the_proxy_and_allowed_origins_marked() {
     assert_eq!(r.header("x-backend"), Some("app"));
     assert_eq!(r.header("access-control-allow-origin"), None);
     assert_eq!(app.requests(), 4);
+
+    // An answer the proxy makes itself carries the marks too, so the page can read the 503
+    // rather than see a CORS error.
+    let r = call(
+        gw,
+        Method::GET,
+        "/down/x",
+        &[("origin", "https://any.test")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.header("weir-proxy-error"), Some("no-endpoints"));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
 }

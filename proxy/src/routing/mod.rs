@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use http::{request, response, HeaderName};
 
+pub use cors::mark as mark_cors;
 pub use mirror::{mirror_head, shadow_head};
 pub use normalize::{normalize_path, PathNormalization};
 pub use table::{RouteTable, Selected};
