@@ -14,13 +14,16 @@ use weir_tests::{TestBackend, WeirProxy};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
-async fn logging_gateway(format: &str, backend: &TestBackend) -> WeirProxy {
-    WeirProxy::builder()
+/// A gateway whose `/shop` prefix goes to `backend`, logging in `format`, with `env` besides.
+async fn logging_gateway(format: &str, backend: &TestBackend, env: &[(&str, &str)]) -> WeirProxy {
+    let mut b = WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&[strip("/shop", "shop", &[backend.addr])]))
         .gateway(true)
-        .env("WEIR_PROXY_ACCESS_LOG", format)
-        .start()
-        .await
+        .env("WEIR_PROXY_ACCESS_LOG", format);
+    for (k, v) in env {
+        b = b.env(*k, *v);
+    }
+    b.start().await
 }
 
 /// The JSON access lines in the proxy's output once there are `n` of them.
@@ -40,7 +43,7 @@ async fn json_lines(proxy: &WeirProxy, n: usize) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn json_lines_say_what_each_request_was_and_how_it_ended() {
     let backend = TestBackend::start("shop").await;
-    let proxy = logging_gateway("json", &backend).await;
+    let proxy = logging_gateway("json", &backend, &[]).await;
     let gw = proxy.gateway.expect("gateway listener");
 
     let mut get = request(Method::GET, "shop.test", "/shop/a?b=1", "");
@@ -137,7 +140,7 @@ async fn json_lines_say_what_each_request_was_and_how_it_ended() {
 #[tokio::test]
 async fn a_client_that_leaves_mid_body_is_logged_incomplete_with_the_bytes_it_got() {
     let backend = TestBackend::start("shop").await;
-    let proxy = logging_gateway("json", &backend).await;
+    let proxy = logging_gateway("json", &backend, &[]).await;
     let mut io = TcpStream::connect(proxy.gateway.expect("gateway"))
         .await
         .expect("connect");
@@ -158,7 +161,7 @@ async fn a_client_that_leaves_mid_body_is_logged_incomplete_with_the_bytes_it_go
 #[tokio::test]
 async fn apache_lines_are_combined_format_then_weirs_fields() {
     let backend = TestBackend::start("shop").await;
-    let proxy = logging_gateway("apache", &backend).await;
+    let proxy = logging_gateway("apache", &backend, &[]).await;
     let gw = proxy.gateway.expect("gateway listener");
     let mut get = request(Method::GET, "shop.test", "/shop/p", "");
     get.headers_mut()
@@ -213,13 +216,7 @@ async fn apache_lines_are_combined_format_then_weirs_fields() {
 #[tokio::test]
 async fn generated_request_ids_reach_the_backend_and_the_log() {
     let backend = TestBackend::start("shop").await;
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[strip("/shop", "shop", &[backend.addr])]))
-        .gateway(true)
-        .env("WEIR_PROXY_ACCESS_LOG", "json")
-        .env("WEIR_PROXY_REQUEST_ID", "generate")
-        .start()
-        .await;
+    let proxy = logging_gateway("json", &backend, &[("WEIR_PROXY_REQUEST_ID", "generate")]).await;
     let gw = proxy.gateway.expect("gateway listener");
     let mut seen = Vec::new();
     for _ in 0..2 {

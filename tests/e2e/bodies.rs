@@ -342,17 +342,22 @@ async fn canned_upstream() -> std::net::SocketAddr {
     addr
 }
 
+/// A gateway whose `/b` prefix goes to [`canned_upstream`].
+async fn canned_gateway() -> WeirProxy {
+    let upstream = canned_upstream().await;
+    WeirProxy::builder()
+        .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream])]))
+        .gateway(true)
+        .start()
+        .await
+}
+
 /// A response framed by a coding besides `chunked` is refused (the proxy re-frames bodies and
 /// drops `Transfer-Encoding`, so the client would get the coding applied but unnamed); a 204
 /// loses the `Content-Length` it may not carry, and the connection carries on.
 #[tokio::test]
 async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_length() {
-    let upstream = canned_upstream().await;
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream])]))
-        .gateway(true)
-        .start()
-        .await;
+    let proxy = canned_gateway().await;
     let mut io = raw(&proxy).await;
     write(
         &mut io,
@@ -391,12 +396,7 @@ async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_le
 /// 2026-12-07 the proxy passed both fields on.
 #[tokio::test]
 async fn an_upstream_length_given_twice_reaches_the_client_once() {
-    let upstream = canned_upstream().await;
-    let proxy = WeirProxy::builder()
-        .registry_yaml(gateway_prefixes(&[strip("/b", "bodies", &[upstream])]))
-        .gateway(true)
-        .start()
-        .await;
+    let proxy = canned_gateway().await;
     let mut io = raw(&proxy).await;
     for path in ["/b/length-twice", "/b/length-listed"] {
         write(

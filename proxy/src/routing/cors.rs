@@ -67,28 +67,13 @@ fn preflight(cors: &Cors, origin: Option<&HeaderValue>, req: &HeaderMap) -> Resp
         return resp;
     };
     allow_origin(cors, origin, h);
-    // `*` is a wildcard only without credentials (Fetch standard); with them the request's own
-    // method and headers are echoed.
-    let wildcard = |list: &[CorsToken]| list.iter().any(|v| v.0 == "*");
-    let methods = if wildcard(&cors.allow_methods) && cors.allow_credentials {
-        req.get(header::ACCESS_CONTROL_REQUEST_METHOD).cloned()
-    } else if cors.allow_methods.is_empty() {
-        None
-    } else {
-        Some(joined(&cors.allow_methods))
-    };
-    if let Some(m) = methods {
+    let credentials = cors.allow_credentials;
+    let asked = req.get(header::ACCESS_CONTROL_REQUEST_METHOD);
+    if let Some(m) = allowed(&cors.allow_methods, asked, credentials) {
         h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, m);
     }
     let asked = req.get(header::ACCESS_CONTROL_REQUEST_HEADERS);
-    let allow_headers = if wildcard(&cors.allow_headers) && cors.allow_credentials {
-        asked.cloned()
-    } else if cors.allow_headers.is_empty() {
-        None
-    } else {
-        Some(joined(&cors.allow_headers))
-    };
-    if let Some(v) = allow_headers {
+    if let Some(v) = allowed(&cors.allow_headers, asked, credentials) {
         h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, v);
     }
     h.insert(
@@ -120,6 +105,22 @@ fn allow_origin(cors: &Cors, origin: &HeaderValue, out: &mut HeaderMap) {
             header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
             HeaderValue::from_static("true"),
         );
+    }
+}
+
+/// What a preflight may send of `list` (methods or headers): the list, or, for `*` with
+/// credentials, what it `asked` for, since the Fetch standard makes `*` literal then.
+fn allowed(
+    list: &[CorsToken],
+    asked: Option<&HeaderValue>,
+    credentials: bool,
+) -> Option<HeaderValue> {
+    if credentials && list.iter().any(|v| v.0 == "*") {
+        asked.cloned()
+    } else if list.is_empty() {
+        None
+    } else {
+        Some(joined(list))
     }
 }
 
