@@ -292,7 +292,7 @@ async fn handle(
         let mut answer = rescue(&e, grpc, audience);
         if let Some(marks) = cors {
             // A browser reads a 502 or a 429 only if it carries what the route's CORS allows.
-            crate::routing::mark_cors(marks, answer.headers_mut());
+            crate::routing::mark_cors(&marks, answer.headers_mut());
         }
         answer
     });

@@ -25,7 +25,7 @@ pub struct Routed {
     pub result: Result<Response<ProxyBody>, ProxyError>,
     /// What a `CORS` filter decided an answer the proxy makes itself must carry too (an
     /// upstream's answer has it already).
-    pub cors: Option<HeaderMap>,
+    pub cors: Option<Box<HeaderMap>>,
 }
 
 /// What a direction's path did with a request: the metrics handle it counted on, the outcome,
@@ -37,7 +37,7 @@ pub struct Handled {
     /// The outcome.
     pub result: Result<Response<ProxyBody>, ProxyError>,
     /// For a proxy-made answer to a request a `CORS` filter marked.
-    pub cors: Option<HeaderMap>,
+    pub cors: Option<Box<HeaderMap>>,
 }
 
 impl From<(Arc<RouteMetrics>, Result<Response<ProxyBody>, ProxyError>)> for Handled {

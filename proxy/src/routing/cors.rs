@@ -12,8 +12,9 @@ pub enum Decision {
     Pass,
     /// A preflight, answered here.
     Preflight(Response<()>),
-    /// An actual request from an allowed origin: its response gets these headers.
-    Mark(HeaderMap),
+    /// An actual request from an allowed origin: its response gets these headers (boxed: the
+    /// marks travel with every request's outcome, which stays small when there are none).
+    Mark(Box<HeaderMap>),
 }
 
 /// Decides for a request with `method` and `headers`.
@@ -41,13 +42,13 @@ pub fn decide(cors: &Cors, method: &Method, headers: &HeaderMap) -> Decision {
             joined(&cors.expose_headers),
         );
     }
-    Decision::Mark(out)
+    Decision::Mark(Box::new(out))
 }
 
 /// Sets the marks on an upstream response: they replace any the upstream wrote, which would
 /// otherwise go out twice (a browser refuses two `Access-Control-Allow-Origin` values).
-pub fn mark(marks: HeaderMap, headers: &mut HeaderMap) {
-    for (name, value) in &marks {
+pub fn mark(marks: &HeaderMap, headers: &mut HeaderMap) {
+    for (name, value) in marks {
         if name == header::VARY {
             headers.append(header::VARY, value.clone());
         } else {
@@ -248,7 +249,7 @@ mod tests {
             ("access-control-allow-origin", "*"),
             ("vary", "Accept-Encoding"),
         ]);
-        mark(marks, &mut upstream);
+        mark(&marks, &mut upstream);
         let origins: Vec<_> = upstream
             .get_all(header::ACCESS_CONTROL_ALLOW_ORIGIN)
             .iter()

@@ -38,7 +38,7 @@ pub enum RequestOutcome<'a> {
         /// Mirror backends in filter order; empty (and unallocated) without `RequestMirror`.
         mirrors: Vec<&'a BackendRef>,
         /// What a `CORS` filter puts on the response (an allowed origin's actual request).
-        cors: Option<http::HeaderMap>,
+        cors: Option<Box<http::HeaderMap>>,
     },
     /// Answer the client with this response (a redirect or an injected abort) and stop.
     Respond(http::Response<()>),
@@ -104,7 +104,7 @@ pub fn apply_request_filters<'a>(
 /// then sets what a `CORS` filter decided for the request (`cors`), which they cannot undo.
 pub fn apply_response_filters(
     route: &model::Route,
-    cors: Option<http::HeaderMap>,
+    cors: Option<Box<http::HeaderMap>>,
     parts: &mut response::Parts,
 ) {
     for filter in &route.filters {
@@ -116,7 +116,7 @@ pub fn apply_response_filters(
         }
     }
     if let Some(marks) = cors {
-        cors::mark(marks, &mut parts.headers);
+        cors::mark(&marks, &mut parts.headers);
     }
 }
 
