@@ -1,19 +1,22 @@
 //! The access log: one line per request (Apache combined with Weir's fields after it, or JSON),
 //! written to stdout by a thread of its own once the response body has ended, so a request never
-//! waits on the log.
+//! waits on the log. The request's side only takes cheap copies (shared bytes, an `Arc`); the
+//! writer formats, and wakes on a clock of its own, so no request pays for waking it.
 
 use std::{
     io::Write,
     net::SocketAddr,
     str::FromStr,
-    sync::mpsc::{self, Receiver, SyncSender, TrySendError},
-    time::{Duration, SystemTime},
+    sync::{
+        mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError},
+        Arc,
+    },
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use bytes::Bytes;
-use http::{header, request::Parts, HeaderMap, Response};
+use http::{header, request::Parts, HeaderValue, Method, Response, Uri, Version};
 use http_body::{Body, Frame};
-use serde::Serialize;
 use time::{format_description::FormatItem, macros::format_description, OffsetDateTime};
 use tokio::time::Instant;
 
@@ -27,6 +30,9 @@ pub const DROPPED: &str = "weir_access_log_dropped_total";
 
 /// Lines queued for the writer at most; past that, lines are dropped and counted.
 const QUEUE: usize = 16 * 1024;
+/// How often the writer looks for lines: it sleeps rather than waits on the queue, since a
+/// waiting receiver makes every send wake it (a futex call and a context switch a request).
+const TICK: Duration = Duration::from_millis(50);
 
 /// How lines are written (`WEIR_PROXY_ACCESS_LOG`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,8 +62,7 @@ impl FromStr for Format {
 /// The proxy's access log: a format and the queue to the writer thread.
 #[derive(Debug)]
 pub struct AccessLog {
-    format: Format,
-    tx: Option<SyncSender<String>>,
+    tx: Option<SyncSender<Line>>,
 }
 
 /// The endpoint that answered a request, left on its response for the log.
@@ -68,16 +73,13 @@ impl AccessLog {
     /// Starts the writer thread unless `format` is `Off`.
     pub fn start(format: Format) -> std::io::Result<Self> {
         if format == Format::Off {
-            return Ok(Self { format, tx: None });
+            return Ok(Self { tx: None });
         }
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         std::thread::Builder::new()
             .name("weir-access-log".into())
-            .spawn(move || write_lines(&rx, std::io::stdout().lock()))?;
-        Ok(Self {
-            format,
-            tx: Some(tx),
-        })
+            .spawn(move || write_lines(&rx, format, TICK, std::io::stdout().lock()))?;
+        Ok(Self { tx: Some(tx) })
     }
 
     /// Whether lines are written (then answering endpoints are noted on responses).
@@ -101,25 +103,18 @@ impl AccessLog {
             start,
             client,
             direction,
-            method: parts.method.to_string(),
-            target: parts
-                .uri
-                .path_and_query()
-                .map_or_else(|| parts.uri.to_string(), |pq| pq.as_str().to_owned()),
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
             version: parts.version,
-            host: parts
-                .uri
-                .authority()
-                .map(|a| a.as_str().to_owned())
-                .or_else(|| text(h, header::HOST)),
-            referer: text(h, header::REFERER),
-            user_agent: text(h, header::USER_AGENT),
-            request_id: text(h, "x-request-id"),
+            host: h.get(header::HOST).cloned(),
+            referer: h.get(header::REFERER).cloned(),
+            user_agent: h.get(header::USER_AGENT).cloned(),
+            request_id: h.get(crate::http::request_id::X_REQUEST_ID).cloned(),
             status: 0,
             first_byte: Duration::ZERO,
+            total: Duration::ZERO,
             bytes: 0,
-            service: String::new(),
-            route: String::new(),
+            metrics: None,
             upstream: None,
             error: None,
         }))
@@ -130,7 +125,7 @@ impl AccessLog {
     pub fn watch(
         &self,
         mut entry: Box<Entry>,
-        metrics: &RouteMetrics,
+        metrics: &Arc<RouteMetrics>,
         resp: Response<ProxyBody>,
     ) -> Response<ProxyBody> {
         let Some(tx) = self.tx.clone() else {
@@ -138,26 +133,17 @@ impl AccessLog {
         };
         entry.status = resp.status().as_u16();
         entry.first_byte = entry.start.elapsed();
-        entry.service = metrics.service().to_owned();
-        entry.route = metrics.route().to_owned();
+        entry.metrics = Some(metrics.clone());
         entry.upstream = resp.extensions().get::<Upstream>().map(|u| u.0);
-        entry.error = text(resp.headers(), crate::error::ERROR_HEADER);
-        let format = self.format;
+        entry.error = resp.headers().get(crate::error::ERROR_HEADER).cloned();
         resp.map(|inner| {
             ProxyBody::Logged(Box::new(Logged {
                 inner,
                 entry: Some(entry),
                 tx,
-                format,
             }))
         })
     }
-}
-
-/// A header's value as text (non-UTF-8 bytes replaced), if present.
-fn text(h: &HeaderMap, name: impl header::AsHeaderName) -> Option<String> {
-    h.get(name)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
 }
 
 /// One request's line, filled in as the request goes.
@@ -167,30 +153,57 @@ pub struct Entry {
     start: Instant,
     client: SocketAddr,
     direction: Direction,
-    method: String,
-    target: String,
-    version: http::Version,
-    host: Option<String>,
-    referer: Option<String>,
-    user_agent: Option<String>,
-    request_id: Option<String>,
+    method: Method,
+    uri: Uri,
+    version: Version,
+    host: Option<HeaderValue>,
+    referer: Option<HeaderValue>,
+    user_agent: Option<HeaderValue>,
+    request_id: Option<HeaderValue>,
     status: u16,
     first_byte: Duration,
+    total: Duration,
     bytes: u64,
-    service: String,
-    route: String,
+    /// The route's metrics handle, whose labels name the service and route.
+    metrics: Option<Arc<RouteMetrics>>,
     upstream: Option<SocketAddr>,
-    error: Option<String>,
+    error: Option<HeaderValue>,
+}
+
+impl Entry {
+    fn target(&self) -> &str {
+        self.uri.path_and_query().map_or("/", |pq| pq.as_str())
+    }
+
+    /// `:authority` or the absolute target's, else `Host`.
+    fn host(&self) -> Option<&[u8]> {
+        match self.uri.authority() {
+            Some(a) => Some(a.as_str().as_bytes()),
+            None => self.host.as_ref().map(HeaderValue::as_bytes),
+        }
+    }
+
+    fn labels(&self) -> (&str, &str) {
+        self.metrics
+            .as_deref()
+            .map_or(("", ""), |m| (m.service(), m.route()))
+    }
+}
+
+/// What goes to the writer: a finished entry and how its body ended.
+#[derive(Debug)]
+struct Line {
+    entry: Box<Entry>,
+    outcome: Outcome,
 }
 
 /// A response body that counts its bytes and has its request's line written when it ends.
 #[derive(Debug)]
 pub struct Logged {
     inner: ProxyBody,
-    /// Taken when the line is written.
+    /// Taken when the line is sent.
     entry: Option<Box<Entry>>,
-    tx: SyncSender<String>,
-    format: Format,
+    tx: SyncSender<Line>,
 }
 
 impl Logged {
@@ -209,25 +222,22 @@ impl Logged {
                     e.bytes += data.len() as u64;
                 }
                 if self.inner.is_end_stream() {
-                    self.write(Outcome::Complete);
+                    self.send(Outcome::Complete);
                 }
             }
-            std::task::Poll::Ready(Some(Err(_))) => self.write(Outcome::Failed),
-            std::task::Poll::Ready(None) => self.write(Outcome::Complete),
+            std::task::Poll::Ready(Some(Err(_))) => self.send(Outcome::Failed),
+            std::task::Poll::Ready(None) => self.send(Outcome::Complete),
             std::task::Poll::Pending => {}
         }
         polled
     }
 
-    fn write(&mut self, outcome: Outcome) {
-        let Some(entry) = self.entry.take() else {
+    fn send(&mut self, outcome: Outcome) {
+        let Some(mut entry) = self.entry.take() else {
             return;
         };
-        let line = match self.format {
-            Format::Json => json_line(&entry, outcome),
-            _ => apache_line(&entry, outcome),
-        };
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(line) {
+        entry.total = entry.start.elapsed();
+        if let Err(TrySendError::Full(_)) = self.tx.try_send(Line { entry, outcome }) {
             metrics::counter!(DROPPED).increment(1);
         }
     }
@@ -243,7 +253,7 @@ impl Drop for Logged {
         } else {
             Outcome::Incomplete
         };
-        self.write(outcome);
+        self.send(outcome);
     }
 }
 
@@ -271,18 +281,36 @@ impl Outcome {
 const APACHE_TIME: &[FormatItem<'static>] =
     format_description!("[day]/[month repr:short]/[year]:[hour]:[minute]:[second] +0000");
 const JSON_TIME: &[FormatItem<'static>] =
-    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+    format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
 
-fn formatted(t: SystemTime, f: &[FormatItem<'static>]) -> String {
-    OffsetDateTime::from(t).format(f).unwrap_or_default()
+/// The writer's clock: a second's text is made once, however many lines share it.
+#[derive(Default)]
+struct Clock {
+    second: Option<u64>,
+    apache: String,
+    json: String,
 }
 
-fn version(v: http::Version) -> &'static str {
+impl Clock {
+    /// The time as the format writes it, and its microseconds within the second.
+    fn at(&mut self, t: SystemTime) -> (&Clock, u32) {
+        let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        if self.second != Some(since.as_secs()) {
+            let at = OffsetDateTime::from(UNIX_EPOCH + Duration::from_secs(since.as_secs()));
+            self.apache = at.format(APACHE_TIME).unwrap_or_default();
+            self.json = at.format(JSON_TIME).unwrap_or_default();
+            self.second = Some(since.as_secs());
+        }
+        (self, since.subsec_micros())
+    }
+}
+
+fn version(v: Version) -> &'static str {
     match v {
-        http::Version::HTTP_09 => "HTTP/0.9",
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_2 => "HTTP/2.0",
-        http::Version::HTTP_3 => "HTTP/3.0",
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2.0",
+        Version::HTTP_3 => "HTTP/3.0",
         _ => "HTTP/1.1",
     }
 }
@@ -292,117 +320,257 @@ fn version(v: http::Version) -> &'static str {
 /// seconds to the body's end, the direction, the service, the route, the endpoint, the
 /// `weir-proxy-error` reason, how the body ended and the `x-request-id`. Quoted fields escape
 /// `"`, `\` and bytes outside printable ASCII as `\xHH`, as nginx does.
-fn apache_line(e: &Entry, outcome: Outcome) -> String {
-    let mut s = String::with_capacity(256);
-    let or_dash = |v: Option<&str>| v.filter(|v| !v.is_empty()).map_or("-".into(), escape);
-    s.push_str(&e.client.ip().to_string());
-    s.push_str(" - - [");
-    s.push_str(&formatted(e.time, APACHE_TIME));
-    s.push_str("] \"");
-    s.push_str(&escape(&e.method));
-    s.push(' ');
-    s.push_str(&escape(&e.target));
-    s.push(' ');
-    s.push_str(version(e.version));
-    s.push_str(&format!(
-        "\" {} {} \"{}\" \"{}\" {:.6} {} {} {} {} {} {} {}\n",
-        e.status,
-        e.bytes,
-        or_dash(e.referer.as_deref()),
-        or_dash(e.user_agent.as_deref()),
-        e.start.elapsed().as_secs_f64(),
-        e.direction.as_str(),
-        or_dash(Some(&e.service)),
-        or_dash(Some(&e.route)),
-        e.upstream.map_or("-".into(), |u| u.to_string()),
-        or_dash(e.error.as_deref()),
-        outcome.as_str(),
-        or_dash(e.request_id.as_deref()),
-    ));
-    s
+fn apache_line(line: &Line, clock: &mut Clock, out: &mut Vec<u8>) {
+    let e = &line.entry;
+    let (clock, _) = clock.at(e.time);
+    let (service, route) = e.labels();
+    ip(e.client.ip(), out);
+    out.extend_from_slice(b" - - [");
+    out.extend_from_slice(clock.apache.as_bytes());
+    out.extend_from_slice(b"] \"");
+    escape(e.method.as_str().as_bytes(), out);
+    out.push(b' ');
+    escape(e.target().as_bytes(), out);
+    out.push(b' ');
+    out.extend_from_slice(version(e.version).as_bytes());
+    out.extend_from_slice(b"\" ");
+    num(e.status, out);
+    out.push(b' ');
+    num(e.bytes, out);
+    out.extend_from_slice(b" \"");
+    or_dash(e.referer.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b"\" \"");
+    or_dash(e.user_agent.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b"\" ");
+    decimal(e.total.as_micros(), 6, out);
+    out.push(b' ');
+    out.extend_from_slice(e.direction.as_str().as_bytes());
+    out.push(b' ');
+    or_dash(Some(service.as_bytes()), out);
+    out.push(b' ');
+    or_dash(Some(route.as_bytes()), out);
+    out.push(b' ');
+    match e.upstream {
+        Some(u) => socket(u, out),
+        None => out.push(b'-'),
+    }
+    out.push(b' ');
+    or_dash(e.error.as_ref().map(HeaderValue::as_bytes), out);
+    out.push(b' ');
+    out.extend_from_slice(line.outcome.as_str().as_bytes());
+    out.push(b' ');
+    or_dash(e.request_id.as_ref().map(HeaderValue::as_bytes), out);
+    out.push(b'\n');
 }
 
-/// `"` `\` and bytes outside printable ASCII (and space-free fields' spaces stay) as `\xHH`.
-fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for b in v.bytes() {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            out.push_str(&format!("\\x{b:02X}"));
-        } else {
-            out.push(char::from(b));
+/// An integer in decimal (`itoa`: the `fmt` machinery cost ~3,000 instructions a line).
+fn num(n: impl itoa::Integer, out: &mut Vec<u8>) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// `units` as a decimal with `places` digits after the point (microseconds as seconds with 6,
+/// as milliseconds with 3): exact, where a float would print `0.6931430000000001`.
+fn decimal(units: u128, places: u32, out: &mut Vec<u8>) {
+    let scale = 10u128.pow(places);
+    num(units / scale, out);
+    out.push(b'.');
+    let frac = itoa::Buffer::new().format(units % scale).len();
+    out.extend(std::iter::repeat_n(b'0', places as usize - frac));
+    num(units % scale, out);
+}
+
+fn ip(a: std::net::IpAddr, out: &mut Vec<u8>) {
+    match a {
+        std::net::IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                num(octet, out);
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
         }
     }
-    out
 }
 
-#[derive(Serialize)]
-struct JsonLine<'a> {
-    time: String,
-    client: String,
-    direction: &'static str,
-    method: &'a str,
-    target: &'a str,
-    version: &'static str,
-    host: Option<&'a str>,
-    status: u16,
-    bytes: u64,
-    duration_ms: f64,
-    first_byte_ms: f64,
-    service: Option<&'a str>,
-    route: Option<&'a str>,
-    upstream: Option<String>,
-    error: Option<&'a str>,
-    outcome: &'static str,
-    referer: Option<&'a str>,
-    user_agent: Option<&'a str>,
-    request_id: Option<&'a str>,
+/// `1.2.3.4:80`, `[::1]:80`.
+fn socket(a: SocketAddr, out: &mut Vec<u8>) {
+    if a.is_ipv6() {
+        out.push(b'[');
+        ip(a.ip(), out);
+        out.push(b']');
+    } else {
+        ip(a.ip(), out);
+    }
+    out.push(b':');
+    num(a.port(), out);
 }
 
-/// Milliseconds to the microsecond (`0.693143`, not `0.6931430000000001`).
-fn millis(d: Duration) -> f64 {
-    d.as_micros() as f64 / 1e3
+fn or_dash(v: Option<&[u8]>, out: &mut Vec<u8>) {
+    match v.filter(|v| !v.is_empty()) {
+        Some(v) => escape(v, out),
+        None => out.push(b'-'),
+    }
 }
 
-fn json_line(e: &Entry, outcome: Outcome) -> String {
-    let some = |s: &'_ str| -> bool { !s.is_empty() };
-    let line = JsonLine {
-        time: formatted(e.time, JSON_TIME),
-        client: e.client.to_string(),
-        direction: e.direction.as_str(),
-        method: &e.method,
-        target: &e.target,
-        version: version(e.version),
-        host: e.host.as_deref(),
-        status: e.status,
-        bytes: e.bytes,
-        duration_ms: millis(e.start.elapsed()),
-        first_byte_ms: millis(e.first_byte),
-        service: Some(e.service.as_str()).filter(|s| some(s)),
-        route: Some(e.route.as_str()).filter(|s| some(s)),
-        upstream: e.upstream.map(|u| u.to_string()),
-        error: e.error.as_deref(),
-        outcome: outcome.as_str(),
-        referer: e.referer.as_deref(),
-        user_agent: e.user_agent.as_deref(),
-        request_id: e.request_id.as_deref(),
-    };
-    let mut s = serde_json::to_string(&line).unwrap_or_default();
-    s.push('\n');
-    s
-}
-
-/// The writer thread: lines as they come, flushed whenever the queue runs dry.
-fn write_lines(rx: &Receiver<String>, mut out: impl Write) {
-    let mut buf = std::io::BufWriter::with_capacity(64 * 1024, &mut out);
-    while let Ok(line) = rx.recv() {
-        let mut ok = buf.write_all(line.as_bytes()).is_ok();
-        while let (true, Ok(line)) = (ok, rx.try_recv()) {
-            ok = buf.write_all(line.as_bytes()).is_ok();
+/// `"`, `\` and bytes outside printable ASCII as `\xHH`; the rest as is.
+fn escape(v: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in v {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            out.extend_from_slice(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+        } else {
+            out.push(b);
         }
-        if !ok || buf.flush().is_err() {
-            // stdout is gone (a closed pipe): the log stops, the proxy does not.
+    }
+}
+
+/// One JSON object: see the README's access-log section for the fields.
+fn json_line(line: &Line, clock: &mut Clock, out: &mut Vec<u8>) {
+    let e = &line.entry;
+    let (clock, micros) = clock.at(e.time);
+    let (service, route) = e.labels();
+    out.extend_from_slice(b"{\"time\":\"");
+    out.extend_from_slice(clock.json.as_bytes());
+    out.push(b'.');
+    let digits = itoa::Buffer::new().format(micros).len();
+    out.extend(std::iter::repeat_n(b'0', 6 - digits));
+    num(micros, out);
+    out.extend_from_slice(b"Z\",\"client\":\"");
+    socket(e.client, out);
+    out.extend_from_slice(b"\",\"direction\":\"");
+    out.extend_from_slice(e.direction.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"method\":");
+    json_str(e.method.as_str().as_bytes(), out);
+    out.extend_from_slice(b",\"target\":");
+    json_str(e.target().as_bytes(), out);
+    out.extend_from_slice(b",\"version\":\"");
+    out.extend_from_slice(version(e.version).as_bytes());
+    out.extend_from_slice(b"\",\"host\":");
+    json_opt(e.host(), out);
+    out.extend_from_slice(b",\"status\":");
+    num(e.status, out);
+    out.extend_from_slice(b",\"bytes\":");
+    num(e.bytes, out);
+    out.extend_from_slice(b",\"duration_ms\":");
+    decimal(e.total.as_micros(), 3, out);
+    out.extend_from_slice(b",\"first_byte_ms\":");
+    decimal(e.first_byte.as_micros(), 3, out);
+    out.extend_from_slice(b",\"service\":");
+    json_opt(Some(service.as_bytes()).filter(|s| !s.is_empty()), out);
+    out.extend_from_slice(b",\"route\":");
+    json_opt(Some(route.as_bytes()).filter(|s| !s.is_empty()), out);
+    out.extend_from_slice(b",\"upstream\":");
+    match e.upstream {
+        Some(u) => {
+            out.push(b'"');
+            socket(u, out);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"error\":");
+    json_opt(e.error.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b",\"outcome\":\"");
+    out.extend_from_slice(line.outcome.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"referer\":");
+    json_opt(e.referer.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b",\"user_agent\":");
+    json_opt(e.user_agent.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b",\"request_id\":");
+    json_opt(e.request_id.as_ref().map(HeaderValue::as_bytes), out);
+    out.extend_from_slice(b"}\n");
+}
+
+fn json_opt(v: Option<&[u8]>, out: &mut Vec<u8>) {
+    match v {
+        Some(v) => json_str(v, out),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// A JSON string of `v`: `"` `\\` and control characters escaped, bytes that are not UTF-8
+/// (a header's obs-text) replaced by U+FFFD, so every line is valid JSON.
+fn json_str(v: &[u8], out: &mut Vec<u8>) {
+    out.push(b'"');
+    // The usual value is printable ASCII with nothing to escape: copied whole.
+    if v.iter()
+        .all(|&b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+    {
+        out.extend_from_slice(v);
+        out.push(b'"');
+        return;
+    }
+    for chunk in v.utf8_chunks() {
+        let s = chunk.valid().as_bytes();
+        let mut start = 0;
+        for (i, &b) in s.iter().enumerate() {
+            let esc: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0..=0x1f | 0x7f => {
+                    out.extend_from_slice(&s[start..i]);
+                    let _ = write!(out, "\\u{b:04x}");
+                    start = i + 1;
+                    continue;
+                }
+                _ => continue,
+            };
+            out.extend_from_slice(&s[start..i]);
+            out.extend_from_slice(esc);
+            start = i + 1;
+        }
+        out.extend_from_slice(&s[start..]);
+        if !chunk.invalid().is_empty() {
+            out.extend_from_slice("\u{fffd}".as_bytes());
+        }
+    }
+    out.push(b'"');
+}
+
+/// The writer thread: every `tick`, the lines queued since, formatted and written at once. It
+/// ends when the log's sender is gone, or stdout is (a closed pipe: the log stops, the proxy
+/// does not).
+fn write_lines(rx: &Receiver<Line>, format: Format, tick: Duration, mut out: impl Write) {
+    let mut clock = Clock::default();
+    let mut buf = Vec::with_capacity(64 * 1024);
+    loop {
+        let gone = loop {
+            match rx.try_recv() {
+                Ok(line) => match format {
+                    Format::Json => json_line(&line, &mut clock, &mut buf),
+                    _ => apache_line(&line, &mut clock, &mut buf),
+                },
+                Err(TryRecvError::Empty) => break false,
+                Err(TryRecvError::Disconnected) => break true,
+            }
+            if buf.len() >= 60 * 1024 {
+                if out.write_all(&buf).is_err() {
+                    return;
+                }
+                buf.clear();
+            }
+        };
+        if !buf.is_empty() {
+            if out.write_all(&buf).and_then(|()| out.flush()).is_err() {
+                return;
+            }
+            buf.clear();
+        }
+        if gone {
             return;
         }
+        std::thread::sleep(tick);
     }
 }
 
@@ -410,83 +578,127 @@ fn write_lines(rx: &Receiver<String>, mut out: impl Write) {
 mod tests {
     use super::*;
 
-    fn entry() -> Entry {
-        Entry {
-            time: SystemTime::UNIX_EPOCH + Duration::from_micros(1_796_603_400_123_456),
-            start: Instant::now(),
-            client: "10.0.0.7:5123".parse().expect("address"),
-            direction: Direction::Gateway,
-            method: "GET".into(),
-            target: "/a?b=\"c\"".into(),
-            version: http::Version::HTTP_11,
-            host: Some("shop.test".into()),
-            referer: None,
-            user_agent: Some("curl/8 \u{e9}".into()),
-            request_id: Some("r-1".into()),
-            status: 200,
-            first_byte: Duration::from_millis(2),
-            bytes: 12,
-            service: "default/shop".into(),
-            route: "shop".into(),
-            upstream: Some("127.0.0.1:8080".parse().expect("address")),
-            error: None,
+    fn line(outcome: Outcome) -> Line {
+        let value = |v: &'static [u8]| HeaderValue::from_bytes(v).expect("value");
+        Line {
+            entry: Box::new(Entry {
+                time: UNIX_EPOCH + Duration::from_micros(1_796_603_400_123_456),
+                start: Instant::now(),
+                client: "10.0.0.7:5123".parse().expect("address"),
+                direction: Direction::Gateway,
+                method: Method::GET,
+                uri: Uri::from_static("/a?b=%22c%22"),
+                version: Version::HTTP_11,
+                host: Some(value(b"shop.test")),
+                referer: None,
+                user_agent: Some(value(b"curl/8 \xe9\"")),
+                request_id: Some(value(b"r-1")),
+                status: 200,
+                first_byte: Duration::from_millis(2),
+                total: Duration::from_micros(3_500),
+                bytes: 12,
+                metrics: Some(RouteMetrics::new(
+                    Direction::Gateway,
+                    "shop.default",
+                    "shop",
+                )),
+                upstream: Some("127.0.0.1:8080".parse().expect("address")),
+                error: None,
+            }),
+            outcome,
         }
+    }
+
+    fn text(f: fn(&Line, &mut Clock, &mut Vec<u8>), l: &Line) -> String {
+        let mut out = Vec::new();
+        f(l, &mut Clock::default(), &mut out);
+        String::from_utf8(out).expect("lines are UTF-8")
     }
 
     #[test]
     fn apache_lines_are_combined_format_then_weirs_fields() {
-        let line = apache_line(&entry(), Outcome::Complete);
-        let (head, tail) = line.split_at(line.find(" 0.").expect("a duration"));
+        let got = text(apache_line, &line(Outcome::Complete));
         assert_eq!(
-            head,
-            "10.0.0.7 - - [07/Dec/2026:00:30:00 +0000] \"GET /a?b=\\x22c\\x22 HTTP/1.1\" 200 12 \
-             \"-\" \"curl/8 \\xC3\\xA9\""
+            got,
+            "10.0.0.7 - - [07/Dec/2026:00:30:00 +0000] \"GET /a?b=%22c%22 HTTP/1.1\" 200 12 \
+             \"-\" \"curl/8 \\xE9\\x22\" 0.003500 gateway shop.default shop 127.0.0.1:8080 - \
+             complete r-1\n"
         );
-        let fields: Vec<&str> = tail.split_whitespace().collect();
-        assert_eq!(
-            &fields[1..],
-            [
-                "gateway",
-                "default/shop",
-                "shop",
-                "127.0.0.1:8080",
-                "-",
-                "complete",
-                "r-1"
-            ]
-        );
-        assert!(line.ends_with('\n'));
     }
 
     #[test]
-    fn json_lines_parse_and_leave_out_nothing_known() {
-        let line = json_line(&entry(), Outcome::Incomplete);
-        let v: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+    fn json_lines_parse_and_carry_every_field() {
+        let got = text(json_line, &line(Outcome::Incomplete));
+        let v: serde_json::Value = serde_json::from_str(&got).expect("one JSON object");
+        assert!(got.ends_with("}\n"));
         assert_eq!(v["time"], "2026-12-07T00:30:00.123456Z");
         assert_eq!(v["client"], "10.0.0.7:5123");
-        assert_eq!(v["target"], "/a?b=\"c\"");
-        assert_eq!(v["user_agent"], "curl/8 \u{e9}");
-        assert_eq!(v["status"], 200);
-        assert_eq!(v["bytes"], 12);
-        assert_eq!(v["first_byte_ms"], 2.0);
+        assert_eq!(v["target"], "/a?b=%22c%22");
+        assert_eq!(v["host"], "shop.test");
+        // Not UTF-8 (obs-text): replaced, so the line stays JSON.
+        assert_eq!(v["user_agent"], "curl/8 \u{fffd}\"");
+        assert_eq!(
+            (v["status"].as_u64(), v["bytes"].as_u64()),
+            (Some(200), Some(12))
+        );
+        assert_eq!(
+            (v["duration_ms"].as_f64(), v["first_byte_ms"].as_f64()),
+            (Some(3.5), Some(2.0))
+        );
+        assert_eq!(
+            (v["service"].as_str(), v["route"].as_str()),
+            (Some("shop.default"), Some("shop"))
+        );
         assert_eq!(v["outcome"], "incomplete");
         assert_eq!(v["upstream"], "127.0.0.1:8080");
         assert_eq!(v["referer"], serde_json::Value::Null);
+        assert_eq!(v["error"], serde_json::Value::Null);
     }
 
     #[test]
-    fn the_writer_writes_every_queued_line_and_formats_parse() {
-        let (tx, rx) = mpsc::sync_channel(4);
-        for i in 0..3 {
-            tx.send(format!("line {i}\n")).expect("queued");
+    fn numbers_and_addresses_are_written_exactly() {
+        let show = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut out = Vec::new();
+            f(&mut out);
+            String::from_utf8(out).expect("utf-8")
+        };
+        assert_eq!(show(&|o| decimal(3_500, 6, o)), "0.003500");
+        assert_eq!(show(&|o| decimal(693_143, 3, o)), "693.143");
+        assert_eq!(show(&|o| decimal(5, 3, o)), "0.005");
+        assert_eq!(show(&|o| decimal(12_000_000, 6, o)), "12.000000");
+        let v6: SocketAddr = "[fd00::7]:8080".parse().expect("address");
+        assert_eq!(show(&|o| socket(v6, o)), "[fd00::7]:8080");
+        let v4: SocketAddr = "10.0.0.255:1".parse().expect("address");
+        assert_eq!(show(&|o| socket(v4, o)), "10.0.0.255:1");
+    }
+
+    #[test]
+    fn json_strings_escape_quotes_backslashes_and_controls() {
+        let mut out = Vec::new();
+        json_str(b"a\"b\\c\nd\x01e\x7f", &mut out);
+        let s = String::from_utf8(out).expect("utf-8");
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001e\\u007f\"");
+        let back: String = serde_json::from_str(&s).expect("a JSON string");
+        assert_eq!(back, "a\"b\\c\nd\u{1}e\u{7f}");
+    }
+
+    #[test]
+    fn the_writer_writes_every_queued_line_then_ends_with_its_sender() {
+        let (tx, rx) = mpsc::sync_channel(8);
+        for outcome in [Outcome::Complete, Outcome::Failed, Outcome::Incomplete] {
+            tx.send(line(outcome)).expect("queued");
         }
         drop(tx);
         let mut out = Vec::new();
-        write_lines(&rx, &mut out);
-        assert_eq!(
-            String::from_utf8(out).expect("utf-8"),
-            "line 0\nline 1\nline 2\n"
-        );
+        write_lines(&rx, Format::Json, Duration::ZERO, &mut out);
+        let text = String::from_utf8(out).expect("utf-8");
+        let outcomes: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("JSON")["outcome"].to_string()
+            })
+            .collect();
+        assert_eq!(outcomes, ["\"complete\"", "\"failed\"", "\"incomplete\""]);
         assert_eq!("JSON".parse(), Ok(Format::Json));
         assert_eq!("apache".parse(), Ok(Format::Apache));
         assert_eq!("off".parse(), Ok(Format::Off));
