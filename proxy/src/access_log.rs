@@ -316,7 +316,7 @@ fn version(v: Version) -> &'static str {
 }
 
 /// `127.0.0.1 - - [07/Dec/2026:15:50:00 +0000] "GET /p HTTP/1.1" 200 12 "-" "curl/8" 0.001234
-/// gateway default/echo echo 127.0.0.1:8080 - complete -`: Apache's combined format, then the
+/// gateway echo.default echo 127.0.0.1:8080 - complete -`: Apache's combined format, then the
 /// seconds to the body's end, the direction, the service, the route, the endpoint, the
 /// `weir-proxy-error` reason, how the body ended and the `x-request-id`. Quoted fields escape
 /// `"`, `\` and bytes outside printable ASCII as `\xHH`, as nginx does.
