@@ -87,6 +87,13 @@ impl AccessLog {
         self.tx.is_some()
     }
 
+    /// Notes on `resp` the endpoint that answered it, for its line; nothing when the log is off.
+    pub fn note_upstream<B>(&self, resp: &mut Response<B>, addr: SocketAddr) {
+        if self.is_on() {
+            resp.extensions_mut().insert(Upstream(addr));
+        }
+    }
+
     /// What the line needs from the request, taken before the request moves on; `None` when
     /// the log is off (one branch a request).
     pub fn begin(
@@ -374,9 +381,18 @@ fn decimal(units: u128, places: u32, out: &mut Vec<u8>) {
     let scale = 10u128.pow(places);
     num(units / scale, out);
     out.push(b'.');
-    let frac = itoa::Buffer::new().format(units % scale).len();
-    out.extend(std::iter::repeat_n(b'0', places as usize - frac));
-    num(units % scale, out);
+    padded(units % scale, places as usize, out);
+}
+
+/// `n` in decimal, zeros in front to `width` digits.
+fn padded(n: impl itoa::Integer, width: usize, out: &mut Vec<u8>) {
+    let mut buf = itoa::Buffer::new();
+    let digits = buf.format(n);
+    out.extend(std::iter::repeat_n(
+        b'0',
+        width.saturating_sub(digits.len()),
+    ));
+    out.extend_from_slice(digits.as_bytes());
 }
 
 fn ip(a: std::net::IpAddr, out: &mut Vec<u8>) {
@@ -440,9 +456,7 @@ fn json_line(line: &Line, clock: &mut Clock, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"time\":\"");
     out.extend_from_slice(clock.json.as_bytes());
     out.push(b'.');
-    let digits = itoa::Buffer::new().format(micros).len();
-    out.extend(std::iter::repeat_n(b'0', 6 - digits));
-    num(micros, out);
+    padded(micros, 6, out);
     out.extend_from_slice(b"Z\",\"client\":\"");
     socket(e.client, out);
     out.extend_from_slice(b"\",\"direction\":\"");

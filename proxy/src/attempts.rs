@@ -250,10 +250,7 @@ async fn once(
     }
     match result {
         Ok(mut resp) => {
-            if shared.access_log.is_on() {
-                resp.extensions_mut()
-                    .insert(crate::access_log::Upstream(ep.addr().0));
-            }
+            shared.access_log.note_upstream(&mut resp, ep.addr().0);
             Tried::Answered(resp)
         }
         Err(e) => Tried::Failed(e),

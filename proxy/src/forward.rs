@@ -79,10 +79,7 @@ pub async fn to_endpoint(
         Some(pool.acquire(proto).await?)
     };
     let mut resp = send(&pool, None, conn, parts, body, upgrade).await?;
-    if shared.access_log.is_on() {
-        resp.extensions_mut()
-            .insert(crate::access_log::Upstream(addr.0));
-    }
+    shared.access_log.note_upstream(&mut resp, addr.0);
     Ok(resp)
 }
 
