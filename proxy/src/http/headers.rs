@@ -315,11 +315,17 @@ pub fn join_cookies(headers: &mut HeaderMap) {
     }
 }
 
-/// The request's authority (`Host` or `:authority`) without the port, lower-cased by `http`.
+/// The request's authority (`Host` or `:authority`) without the port.
 pub fn authority_host(parts: &Parts) -> Option<&str> {
-    let raw = match parts.uri.authority() {
+    target_host(&parts.uri, &parts.headers)
+}
+
+/// The host a request names: the target's authority (HTTP/2 `:authority`, an absolute-form
+/// target), else `Host`, without the port.
+pub fn target_host<'a>(uri: &'a http::Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    let raw = match uri.authority() {
         Some(a) => a.host(),
-        None => parts.headers.get(header::HOST)?.to_str().ok()?,
+        None => headers.get(header::HOST)?.to_str().ok()?,
     };
     Some(strip_port(raw))
 }

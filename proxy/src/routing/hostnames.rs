@@ -5,7 +5,9 @@
 
 use std::{borrow::Cow, collections::HashMap};
 
-use http::{header, uri::Authority, HeaderMap, Uri};
+use http::{HeaderMap, Uri};
+
+use crate::http::headers::target_host;
 
 use crate::model::Route;
 
@@ -71,17 +73,10 @@ impl HostIndex {
     }
 }
 
-/// The host a request names, as hostnames match it: the target's authority (HTTP/2
-/// `:authority`, an absolute-form target) else `Host`, without its port or a trailing dot, in
-/// lower case. `None` when there is none, or it is not `host[:port]`.
+/// The host a request names, as hostnames match it: [`target_host`] without a trailing dot,
+/// in lower case.
 pub(super) fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<Cow<'a, str>> {
-    let host = match uri.authority() {
-        Some(a) => a.host(),
-        None => {
-            let v = headers.get(header::HOST)?.to_str().ok()?;
-            host_of(v)?
-        }
-    };
+    let host = target_host(uri, headers)?;
     let host = host.strip_suffix('.').unwrap_or(host);
     Some(if host.bytes().any(|b| b.is_ascii_uppercase()) {
         Cow::Owned(host.to_ascii_lowercase())
@@ -90,20 +85,10 @@ pub(super) fn request_host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<C
     })
 }
 
-/// `v` without its `:port` (a bracketed IPv6 literal keeps its brackets).
-fn host_of(v: &str) -> Option<&str> {
-    match v.rsplit_once(':') {
-        Some((name, port)) if !name.ends_with(':') && !port.contains(']') => {
-            // Checked as an authority so `a:b:c` is no host `a:b`.
-            Authority::try_from(v).ok()?;
-            Some(name)
-        }
-        _ => Some(v),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use http::header;
+
     use super::*;
 
     fn host(uri: &str, host_field: Option<&str>) -> Option<String> {
