@@ -252,7 +252,7 @@ async fn handle(
     body: crate::http::body::ProxyBody,
 ) -> http::Response<crate::http::body::ProxyBody> {
     let start = Instant::now();
-    if crate::http::headers::may_tunnel(&parts) {
+    if crate::http::headers::may_tunnel(&mut parts) {
         parts.extensions.insert(drain.clone());
         if parts.version <= http::Version::HTTP_11 {
             // SAFETY: an HTTP/1 request's handler runs inside its connection's task, which owns

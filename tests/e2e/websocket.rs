@@ -196,6 +196,67 @@ async fn an_upgrade_to_an_h2c_service_goes_out_as_http1_with_its_host() {
     assert_eq!(seen("x-upgrade-target"), Some("/chat"), "{headers:?}");
 }
 
+/// Writes `head` to a fresh gateway connection and reads the response.
+async fn exchange(io: &mut BufReader<TcpStream>, head: &str) -> weir_tests::raw_http1::RawResponse {
+    io.get_mut()
+        .write_all(head.as_bytes())
+        .await
+        .expect("write the request");
+    read_response(io, "GET", DEADLINE)
+        .await
+        .expect("a complete response")
+}
+
+#[tokio::test]
+async fn an_h2c_upgrade_is_dropped_and_the_request_answered_as_http1() {
+    // Passed on, a 101 to h2c would make the rest of the connection one tunnel to this
+    // upstream that no route, filter or policy sees ("h2c smuggling").
+    let backend = TestBackend::start("ws-no-h2c").await;
+    let proxy = proxy_for(&backend, None).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+    let plain = exchange(
+        &mut io,
+        // HTTP2-Settings not named in Connection (RFC 7540 says it must be): h2c takes it along.
+        "GET /ws/one HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\n\
+         Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+    )
+    .await;
+    assert_eq!(plain.status, 200, "{}", proxy.log());
+    let seen = &plain.json()["headers"];
+    for name in ["upgrade", "http2-settings", "connection"] {
+        assert!(
+            seen.get(name).is_none(),
+            "{name} reached the upstream: {seen}"
+        );
+    }
+    // Not switched: the same connection carries the next request, and it is routed.
+    let next = exchange(&mut io, "GET /ws/two HTTP/1.1\r\nHost: ws.test\r\n\r\n").await;
+    assert_eq!(
+        (next.status, next.json()["uri"].as_str()),
+        (200, Some("/two"))
+    );
+
+    // Another protocol offered beside h2c (any case) still switches, to that protocol.
+    let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+    io.get_mut()
+        .write_all(
+            b"GET /ws/three HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\n\
+              Upgrade: H2C, websocket\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n",
+        )
+        .await
+        .expect("write the handshake");
+    let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
+        .await
+        .expect("response head");
+    assert_eq!(status, 101, "{headers:?}");
+    assert_eq!(
+        header(&headers, "upgrade"),
+        Some("websocket"),
+        "{headers:?}"
+    );
+}
+
 /// An upgrade server on its own socket: answers the first request head with 101, reads one
 /// byte of the upgraded stream, then resets the connection (SO_LINGER 0), or with `hold` reads
 /// on and reports how the stream ended ("eof" or "reset") on the channel.

@@ -143,8 +143,60 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
 
 /// Whether the request may turn its connection into a tunnel: it carries `Upgrade`, or it is a
 /// CONNECT (whose 2xx answer makes the connection the tunnel, RFC 9110 §9.3.6).
-pub fn may_tunnel(parts: &Parts) -> bool {
-    parts.method == http::Method::CONNECT || parts.headers.contains_key(header::UPGRADE)
+///
+/// `h2c` leaves the request's `Upgrade` first (as Envoy drops it): a cleartext HTTP/2 upgrade
+/// through the proxy would make the rest of the connection one opaque tunnel to that upstream,
+/// every later request on it unseen by routes, filters and policy (the "h2c smuggling" of
+/// access-control bypasses). Without it the upstream answers the request as plain HTTP/1.1;
+/// `HTTP2-Settings` is gone already, named by the client's `Connection`
+/// ([`drop_connection_named`]), and dropped here when it was not.
+pub fn may_tunnel(parts: &mut Parts) -> bool {
+    if parts.method == http::Method::CONNECT {
+        return true;
+    }
+    let Some(first) = parts.headers.get(header::UPGRADE) else {
+        return false;
+    };
+    let h2c = |v: &HeaderValue| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| is_h2c(t.trim_ascii()))
+    };
+    if !h2c(first) && parts.headers.get_all(header::UPGRADE).iter().count() == 1 {
+        return true;
+    }
+    drop_h2c(&mut parts.headers)
+}
+
+/// Whether an `Upgrade` token names cleartext HTTP/2 (`h2c`, any case, any version suffix).
+fn is_h2c(token: &[u8]) -> bool {
+    let name = token.split(|&b| b == b'/').next().unwrap_or_default();
+    name.eq_ignore_ascii_case(b"h2c")
+}
+
+/// [`may_tunnel`]'s rare branch (an `h2c` token, or `Upgrade` repeated): one `Upgrade` of the
+/// other tokens, or none when none is left, and no `HTTP2-Settings` (which only `h2c` reads);
+/// returns whether an upgrade is still asked for.
+fn drop_h2c(headers: &mut HeaderMap) -> bool {
+    let others: Vec<&[u8]> = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty() && !is_h2c(t))
+        .collect();
+    let kept = (!others.is_empty())
+        .then(|| HeaderValue::from_bytes(&others.join(&b", "[..])).ok())
+        .flatten();
+    headers.remove(header::UPGRADE);
+    headers.remove("http2-settings");
+    match kept {
+        Some(v) => {
+            headers.insert(header::UPGRADE, v);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Whether `conn::handle` found that the request may tunnel ([`may_tunnel`]) and gave it the
