@@ -257,6 +257,54 @@ async fn an_h2c_upgrade_is_dropped_and_the_request_answered_as_http1() {
     );
 }
 
+/// A server on its own socket that answers each request head with `answer` and holds the
+/// connection open.
+async fn canned_server(answer: &'static [u8]) -> std::net::SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("bound");
+    tokio::spawn(async move {
+        while let Ok((mut io, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if io.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let _ = io.write_all(answer).await;
+                let _ = io.read_to_end(&mut Vec::new()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_101_that_names_no_offered_protocol_is_refused_with_502() {
+    // RFC 9110 §7.8: the server names the protocol it switches to, one the client offered.
+    for answer in [
+        &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n"[..],
+        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+    ] {
+        let eps = [canned_server(answer).await];
+        let proxy = WeirProxy::builder()
+            .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
+            .gateway(true)
+            .start()
+            .await;
+        let mut io = send_handshake(&proxy).await;
+        let refused = read_response(&mut io, "GET", DEADLINE)
+            .await
+            .expect("a complete response");
+        assert_eq!(refused.status, 502, "{}", proxy.log());
+        assert_eq!(refused.header("weir-proxy-error"), Some("upstream-failed"));
+    }
+}
+
 /// An upgrade server on its own socket: answers the first request head with 101, reads one
 /// byte of the upgraded stream, then resets the connection (SO_LINGER 0), or with `hold` reads
 /// on and reports how the stream ended ("eof" or "reset") on the channel.

@@ -199,6 +199,29 @@ fn drop_h2c(headers: &mut HeaderMap) -> bool {
     }
 }
 
+/// Whether a `101`'s `Upgrade` (`answer`) switches only to protocols the request offered: RFC
+/// 9110 §7.8 has the server name what it switches to, and never one the client did not ask for.
+/// A client handed such a stream would read bytes of a protocol it never chose. Protocol names
+/// compare without case and without their version.
+pub fn switch_offered(offered: Option<&HeaderValue>, answer: Option<&HeaderValue>) -> bool {
+    let (offered, answer) = (protocols(offered), protocols(answer));
+    !answer.is_empty()
+        && answer
+            .iter()
+            .all(|a| offered.iter().any(|o| o.eq_ignore_ascii_case(a)))
+}
+
+/// The protocol names of an `Upgrade` value, without versions.
+fn protocols(v: Option<&HeaderValue>) -> Vec<&[u8]> {
+    v.map(HeaderValue::as_bytes)
+        .unwrap_or_default()
+        .split(|&b| b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split(|&b| b == b'/').next().unwrap_or_default())
+        .collect()
+}
+
 /// Whether `conn::handle` found that the request may tunnel ([`may_tunnel`]) and gave it the
 /// connection's `Drain` for the splice. The later stages (idle timeout, upstream protocol) ask
 /// this rather than looking `Upgrade` up again: each lookup in the header map cost ~110
@@ -553,6 +576,25 @@ mod tests {
         assert!(h.contains_key(header::HOST));
         strip_hop_by_hop(&mut h, false, false);
         assert_eq!(h.len(), 1);
+    }
+
+    #[test]
+    fn a_switch_must_name_an_offered_protocol() {
+        let v = |s: &'static str| Some(HeaderValue::from_static(s));
+        let offered = v("websocket, foo/2");
+        assert!(switch_offered(offered.as_ref(), v("WebSocket").as_ref()));
+        assert!(switch_offered(offered.as_ref(), v("foo/3").as_ref()));
+        assert!(
+            !switch_offered(offered.as_ref(), None),
+            "a 101 must name it"
+        );
+        assert!(!switch_offered(offered.as_ref(), v(" , ").as_ref()));
+        assert!(!switch_offered(offered.as_ref(), v("h2c").as_ref()));
+        assert!(!switch_offered(
+            offered.as_ref(),
+            v("websocket, h2c").as_ref()
+        ));
+        assert!(!switch_offered(None, v("websocket").as_ref()));
     }
 
     #[test]

@@ -369,6 +369,7 @@ impl EndpointPool {
         &self,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, ProxyError> {
+        let offered = req.headers().get(header::UPGRADE).cloned();
         let io = self.connect().await?;
         // For the splice after a 101: a reset on the client's side is passed on as one.
         let reset = crate::transport::reset::ResetHandle::of(io.inner());
@@ -382,6 +383,15 @@ impl EndpointPool {
             .send_request(req)
             .await
             .map_err(|e| self.upstream_failed(e.into()))?;
+        if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
+            && !super::headers::switch_offered(
+                offered.as_ref(),
+                resp.headers().get(header::UPGRADE),
+            )
+        {
+            let refused = h1::Error::Protocol("101 to a protocol the request did not offer");
+            return Err(self.upstream_failed(refused.into()));
+        }
         if let Ok(reset) = reset {
             resp.extensions_mut().insert(reset);
         }
