@@ -27,7 +27,7 @@ use crate::{
     tcp,
     transport::{
         detect::{detect, Detection},
-        listen,
+        listen::{self, Refusal},
         orig_dst::OrigDst,
         prefixed::Prefixed,
         reset::ResetHandle,
@@ -56,6 +56,7 @@ pub async fn accept_loop(
 ) {
     let mut stop = drain.clone();
     let mut backoff = listen::AcceptBackoff::new(direction.as_str());
+    let mut refusals = listen::Refusals::new(direction.as_str());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -72,7 +73,7 @@ pub async fn accept_loop(
             Some(o) => match o.orig_dst(&stream) {
                 Ok(d) => Some(d),
                 Err(e) => {
-                    tracing::debug!(error = %e, "no original destination; closing");
+                    refusals.refused(Refusal::NoOriginalDst, peer, Some(&e));
                     continue;
                 }
             },
@@ -90,7 +91,7 @@ pub async fn accept_loop(
                 .local_addr()
                 .map_or(true, |local| aims_at_own_listener(&shared.own, d.0, local))
         }) {
-            tracing::warn!(client = %peer, "connection aimed at the proxy itself; refused");
+            refusals.refused(Refusal::Loop, peer, None);
             continue;
         }
         let span = tracing::debug_span!("conn", dir = direction.as_str(), client = %peer);

@@ -34,6 +34,7 @@ pub const RETRY_BUDGET_EXHAUSTED: &str = "weir_retry_budget_exhausted_total";
 pub const TCP_OPENED: &str = "weir_tcp_connections_opened_total";
 pub const TCP_CLOSED: &str = "weir_tcp_connections_closed_total";
 pub const ACCEPT_FAILURES: &str = "weir_accept_failures_total";
+pub const CONNECTIONS_REFUSED: &str = "weir_connections_refused_total";
 pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
 pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
 pub const DETECTIONS: &str = "weir_protocol_detections_total";
@@ -114,6 +115,10 @@ fn describe() {
     describe_counter!(
         ACCEPT_FAILURES,
         "Failed accepts (out of file descriptors, mostly), by listener; each is retried after 10 ms."
+    );
+    describe_counter!(
+        CONNECTIONS_REFUSED,
+        "Connections a transparent listener closed unread, by listener and reason (no-original-destination: not redirected; loop: aimed at the proxy itself)."
     );
     describe_counter!(TCP_OPENED, "Opaque TCP connections opened.");
     describe_counter!(

@@ -278,6 +278,40 @@ async fn connections_aimed_at_the_proxys_own_listeners_are_refused_not_looped() 
         0.0,
         "refused before detection: {text}"
     );
+    for listener in ["outbound", "inbound"] {
+        let labels = [("listener", listener), ("reason", "loop")];
+        let refused = metrics::sum(&text, "weir_connections_refused_total", &labels);
+        assert_eq!(refused, Some(1.0), "{listener}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn without_the_redirect_rules_connections_are_refused_warned_and_counted() {
+    require!(root, tool "ip", tool "iptables", tool "setpriv", tool "curl");
+    let ns = NetNs::create();
+    let pod = Sidecar::start_with(ns, WeirProxy::builder(), false).await;
+    // Reaching the inbound port unredirected: no original destination to forward to.
+    for _ in 0..3 {
+        let direct = http_client::try_get(pod.proxy.inbound, "x", "/unredirected").await;
+        assert!(direct.is_err(), "{direct:?}");
+    }
+    pod.proxy
+        .wait_for_log("connection without an original destination", DEADLINE)
+        .await;
+    let text = pod.proxy.metrics_text().await;
+    let labels = [
+        ("listener", "inbound"),
+        ("reason", "no-original-destination"),
+    ];
+    let refused = metrics::sum(&text, "weir_connections_refused_total", &labels);
+    assert_eq!(refused, Some(3.0), "{text}");
+    // One warning for the three, not one each.
+    let warned = pod
+        .proxy
+        .log()
+        .matches("without an original destination")
+        .count();
+    assert_eq!(warned, 1, "{}", pod.proxy.log());
 }
 
 #[tokio::test]

@@ -122,11 +122,18 @@ impl Sidecar {
     /// installs [`redirect_rules`], and starts `proxy` inside `ns` on the default ports; waits for
     /// `/ready`. Guard with `require!(root, tool "ip", tool "iptables", tool "setpriv")`.
     pub async fn start(ns: NetNs, proxy: WeirProxyBuilder) -> Sidecar {
+        Self::start_with(ns, proxy, true).await
+    }
+
+    /// [`start`](Self::start) without the redirect rules (`redirect: false`): a pod whose
+    /// iptables setup is missing, where nothing is tracked and so no connection has an original
+    /// destination.
+    pub async fn start_with(ns: NetNs, proxy: WeirProxyBuilder, redirect: bool) -> Sidecar {
         let host_ip = ns.host_ip().to_string();
         ns.exec(&["ip", "route", "add", "default", "via", &host_ip]);
         let iptables = tool("iptables");
         let iptables = iptables.to_string_lossy();
-        for rule in redirect_rules() {
+        for rule in redirect_rules().into_iter().filter(|_| redirect) {
             let mut argv: Vec<&str> = vec![&iptables, "-w", "-t", "nat"];
             argv.extend(rule.iter().map(String::as_str));
             ns.exec(&argv);

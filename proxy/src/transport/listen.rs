@@ -21,14 +21,36 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 /// At most one warning per listener this often while accepts keep failing.
 const ACCEPT_WARN_EVERY: Duration = Duration::from_secs(5);
 
+/// A warning that is due at most once per [`ACCEPT_WARN_EVERY`], carrying how many times it
+/// was left unsaid since the last, so a stream of the same failure does not flood the log.
+#[derive(Default)]
+pub struct Throttled {
+    warned: Option<tokio::time::Instant>,
+    unsaid: u64,
+}
+
+impl Throttled {
+    /// Records one occurrence; `Some(unsaid since the last warning)` when this one is to be
+    /// said.
+    pub fn due(&mut self) -> Option<u64> {
+        let now = tokio::time::Instant::now();
+        if self.warned.is_none_or(|at| now - at >= ACCEPT_WARN_EVERY) {
+            self.warned = Some(now);
+            Some(std::mem::take(&mut self.unsaid))
+        } else {
+            self.unsaid += 1;
+            None
+        }
+    }
+}
+
 /// A listener's answer to failed accepts (EMFILE and friends, which leave the connection in the
 /// backlog): wait [`ACCEPT_RETRY`] rather than spin, count each failure in
 /// `weir_accept_failures_total{listener}`, and warn at most once per [`ACCEPT_WARN_EVERY`] with
 /// the number left unsaid since, so running out of descriptors does not also flood the log.
 pub struct AcceptBackoff {
     listener: &'static str,
-    warned: Option<tokio::time::Instant>,
-    unsaid: u64,
+    warning: Throttled,
 }
 
 impl AcceptBackoff {
@@ -36,8 +58,7 @@ impl AcceptBackoff {
     pub fn new(listener: &'static str) -> Self {
         Self {
             listener,
-            warned: None,
-            unsaid: 0,
+            warning: Throttled::default(),
         }
     }
 
@@ -45,20 +66,67 @@ impl AcceptBackoff {
     pub async fn failed(&mut self, e: &io::Error) {
         metrics::counter!(crate::metrics::ACCEPT_FAILURES, "listener" => self.listener)
             .increment(1);
-        let now = tokio::time::Instant::now();
-        if self.warned.is_none_or(|at| now - at >= ACCEPT_WARN_EVERY) {
+        if let Some(unsaid) = self.warning.due() {
             tracing::warn!(
                 listener = self.listener,
                 error = %e,
-                failures_since_last_warning = self.unsaid,
+                failures_since_last_warning = unsaid,
                 "accept failed; retrying every 10 ms"
             );
-            self.warned = Some(now);
-            self.unsaid = 0;
-        } else {
-            self.unsaid += 1;
         }
         tokio::time::sleep(ACCEPT_RETRY).await;
+    }
+}
+
+/// Why a transparent listener closed a connection it accepted, before reading from it.
+#[derive(Clone, Copy)]
+pub enum Refusal {
+    /// `SO_ORIGINAL_DST` had no answer: the connection was not redirected by the pod's
+    /// iptables rules (a client dialled the proxy's port itself, or the rules are missing).
+    NoOriginalDst,
+    /// The original destination is one of the proxy's own listeners.
+    Loop,
+}
+
+/// A transparent listener's refusals: each counted in
+/// `weir_connections_refused_total{listener,reason}`, and warned of at most once per
+/// [`ACCEPT_WARN_EVERY`] per reason (a misconfigured pod refuses every connection).
+pub struct Refusals {
+    listener: &'static str,
+    warnings: [Throttled; 2],
+}
+
+impl Refusals {
+    /// For the listener named `listener` (the metric's label).
+    pub fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            warnings: Default::default(),
+        }
+    }
+
+    /// Records that the connection from `client` was closed for `why` (`detail`: the OS's
+    /// account, when there is one).
+    pub fn refused(&mut self, why: Refusal, client: SocketAddr, detail: Option<&io::Error>) {
+        let (reason, i, message) = match why {
+            Refusal::NoOriginalDst => (
+                "no-original-destination",
+                0,
+                "connection without an original destination (not redirected by iptables?); closed",
+            ),
+            Refusal::Loop => ("loop", 1, "connection aimed at the proxy itself; refused"),
+        };
+        metrics::counter!(crate::metrics::CONNECTIONS_REFUSED, "listener" => self.listener, "reason" => reason)
+            .increment(1);
+        if let Some(unsaid) = self.warnings[i].due() {
+            tracing::warn!(
+                listener = self.listener,
+                client = %client,
+                error = detail.map(tracing::field::display),
+                refused_since_last_warning = unsaid,
+                "{message}"
+            );
+        }
     }
 }
 
