@@ -290,12 +290,7 @@ async fn a_101_that_names_no_offered_protocol_is_refused_with_502() {
         &b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n"[..],
         b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
     ] {
-        let eps = [canned_server(answer).await];
-        let proxy = WeirProxy::builder()
-            .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
-            .gateway(true)
-            .start()
-            .await;
+        let proxy = gateway_to(canned_server(answer).await).await;
         let mut io = send_handshake(&proxy).await;
         let refused = read_response(&mut io, "GET", DEADLINE)
             .await
@@ -346,14 +341,19 @@ async fn resetting_server(
     (addr, rx)
 }
 
-/// A gateway in front of `addr` and a client that completed the upgrade through it.
-async fn upgraded_through(addr: std::net::SocketAddr) -> (WeirProxy, TcpStream) {
+/// A gateway with `/ws` (stripped) to the server at `addr`.
+async fn gateway_to(addr: std::net::SocketAddr) -> WeirProxy {
     let eps = [addr];
-    let proxy = WeirProxy::builder()
+    WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))
         .gateway(true)
         .start()
-        .await;
+        .await
+}
+
+/// A gateway in front of `addr` and a client that completed the upgrade through it.
+async fn upgraded_through(addr: std::net::SocketAddr) -> (WeirProxy, TcpStream) {
+    let proxy = gateway_to(addr).await;
     let mut io = send_handshake(&proxy).await;
     let (status, headers) = within(DEADLINE, "101 head", read_head(&mut io))
         .await
