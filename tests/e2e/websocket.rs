@@ -237,6 +237,16 @@ async fn an_h2c_upgrade_is_dropped_and_the_request_answered_as_http1() {
         (200, Some("/two"))
     );
 
+    // An empty Upgrade offers nothing: not passed on as an upgrade either.
+    let empty = exchange(
+        &mut io,
+        "GET /ws/four HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: ,\r\n\r\n",
+    )
+    .await;
+    assert_eq!(empty.status, 200, "{}", proxy.log());
+    let seen = &empty.json()["headers"];
+    assert!(seen.get("upgrade").is_none(), "{seen}");
+
     // Another protocol offered beside h2c (any case) still switches, to that protocol.
     let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
     io.get_mut()

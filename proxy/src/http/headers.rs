@@ -157,12 +157,14 @@ pub fn may_tunnel(parts: &mut Parts) -> bool {
     let Some(first) = parts.headers.get(header::UPGRADE) else {
         return false;
     };
-    let h2c = |v: &HeaderValue| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| is_h2c(t.trim_ascii()))
+    // One field whose every token is a protocol but h2c: the usual WebSocket handshake.
+    let plain = |v: &HeaderValue| {
+        v.as_bytes().split(|&b| b == b',').all(|t| {
+            let t = t.trim_ascii();
+            !t.is_empty() && !is_h2c(t)
+        })
     };
-    if !h2c(first) && parts.headers.get_all(header::UPGRADE).iter().count() == 1 {
+    if plain(first) && parts.headers.get_all(header::UPGRADE).iter().count() == 1 {
         return true;
     }
     drop_h2c(&mut parts.headers)
@@ -174,9 +176,9 @@ fn is_h2c(token: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"h2c")
 }
 
-/// [`may_tunnel`]'s rare branch (an `h2c` token, or `Upgrade` repeated): one `Upgrade` of the
-/// other tokens, or none when none is left, and no `HTTP2-Settings` (which only `h2c` reads);
-/// returns whether an upgrade is still asked for.
+/// [`may_tunnel`]'s rare branch (an `h2c` or empty token, or `Upgrade` repeated): one `Upgrade`
+/// of the other tokens, or none when none is left (an empty `Upgrade` asks for nothing), and
+/// no `HTTP2-Settings` (which only `h2c` reads); returns whether an upgrade is still asked for.
 fn drop_h2c(headers: &mut HeaderMap) -> bool {
     let others: Vec<&[u8]> = headers
         .get_all(header::UPGRADE)
