@@ -267,6 +267,27 @@ async fn an_h2c_upgrade_is_dropped_and_the_request_answered_as_http1() {
     );
 }
 
+#[tokio::test]
+async fn an_http10_request_s_upgrade_is_ignored_not_refused() {
+    // RFC 9110 §7.8: a server ignores Upgrade in an HTTP/1.0 request; it was answered 400.
+    let backend = TestBackend::start("ws-http10").await;
+    let proxy = proxy_for(&backend, None).await;
+    let gw = proxy.gateway.expect("gateway listener");
+    let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+    let plain = exchange(
+        &mut io,
+        "GET /ws/old HTTP/1.0\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    )
+    .await;
+    assert_eq!(plain.status, 200, "{}", proxy.log());
+    assert_eq!(plain.json()["uri"], "/old");
+    assert!(
+        plain.json()["headers"].get("upgrade").is_none(),
+        "{:?}",
+        plain.json()
+    );
+}
+
 /// A server on its own socket that answers each request head with `answer` and holds the
 /// connection open.
 async fn canned_server(answer: &'static [u8]) -> std::net::SocketAddr {

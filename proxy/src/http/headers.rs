@@ -149,7 +149,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool, keep_te_tra
 /// every later request on it unseen by routes, filters and policy (the "h2c smuggling" of
 /// access-control bypasses). Without it the upstream answers the request as plain HTTP/1.1;
 /// `HTTP2-Settings` is gone already, named by the client's `Connection`
-/// ([`drop_connection_named`]), and dropped here when it was not.
+/// ([`drop_connection_named`]), and dropped here when it was not. An HTTP/1.0 request's
+/// `Upgrade` goes too: it is answered as it would be without one.
 pub fn may_tunnel(parts: &mut Parts) -> bool {
     if parts.method == http::Method::CONNECT {
         return true;
@@ -157,6 +158,11 @@ pub fn may_tunnel(parts: &mut Parts) -> bool {
     let Some(first) = parts.headers.get(header::UPGRADE) else {
         return false;
     };
+    if parts.version < Version::HTTP_11 {
+        // RFC 9110 §7.8: an HTTP/1.0 request's Upgrade is ignored (it cannot switch).
+        parts.headers.remove(header::UPGRADE);
+        return false;
+    }
     // One field whose every token is a protocol but h2c: the usual WebSocket handshake.
     let plain = |v: &HeaderValue| {
         v.as_bytes().split(|&b| b == b',').all(|t| {
