@@ -330,6 +330,9 @@ async fn canned_upstream() -> std::net::SocketAddr {
                         Some("/length-listed") => {
                             b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok"
                         }
+                        Some("/status-600") => {
+                            b"HTTP/1.1 600 Beyond\r\nContent-Length: 2\r\n\r\nok"
+                        }
                         _ => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
                     };
                     if io.get_mut().write_all(reply).await.is_err() {
@@ -353,7 +356,8 @@ async fn canned_gateway() -> WeirProxy {
 }
 
 /// A response framed by a coding besides `chunked` is refused (the proxy re-frames bodies and
-/// drops `Transfer-Encoding`, so the client would get the coding applied but unnamed); a 204
+/// drops `Transfer-Encoding`, so the client would get the coding applied but unnamed), as is a
+/// status beyond 599; a 204
 /// loses the `Content-Length` it may not carry, and the connection carries on.
 #[tokio::test]
 async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_length() {
@@ -367,6 +371,17 @@ async fn a_response_coded_beyond_chunked_gets_502_and_a_204_loses_its_content_le
     let coded = response(&mut io, "GET").await;
     assert_eq!(coded.status, 502);
     assert_eq!(coded.header("weir-proxy-error"), Some("upstream-failed"));
+
+    // A status beyond 599 has no class a client could act on (RFC 9110 §15): refused too.
+    let mut io = raw(&proxy).await;
+    write(
+        &mut io,
+        b"GET /b/status-600 HTTP/1.1\r\nHost: bodies.test\r\n\r\n",
+    )
+    .await;
+    let beyond = response(&mut io, "GET").await;
+    assert_eq!(beyond.status, 502, "{beyond:?}");
+    assert_eq!(beyond.header("weir-proxy-error"), Some("upstream-failed"));
 
     let mut io = raw(&proxy).await;
     for _ in 0..2 {

@@ -71,8 +71,12 @@ pub fn response(
             Err(_) => return Err(Error::Protocol("malformed response head")),
         };
         let code = parsed.code.unwrap_or(0);
-        let status =
-            StatusCode::from_u16(code).map_err(|_| Error::Protocol("invalid response status"))?;
+        // RFC 9110 §15: codes outside 100–599 are invalid (httparse takes any three digits,
+        // the http crate up to 999); a client handed a 600 cannot know its class.
+        let status = StatusCode::from_u16(code)
+            .ok()
+            .filter(|_| code <= 599)
+            .ok_or(Error::Protocol("invalid response status"))?;
         if status.is_informational() {
             if status == StatusCode::SWITCHING_PROTOCOLS {
                 return Err(Error::Protocol("unexpected 101 Switching Protocols"));
