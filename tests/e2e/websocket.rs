@@ -183,6 +183,39 @@ async fn an_upgrade_answered_without_101_is_passed_through_as_a_normal_response(
 }
 
 #[tokio::test]
+async fn a_status_beyond_599_is_refused_from_http2_upstreams_and_upgrade_answers() {
+    // RFC 9110 §15 (HTTP/1 upstreams on the pooled path: bodies.rs). hyper takes any three
+    // digits, so the h2c service and the upgrade's own HTTP/1 connection are checked here.
+    let odd = StatusCode::from_u16(600).expect("the http crate takes 600");
+    for (app_protocol, handshake) in [(Some("h2c"), false), (Some("h2c"), true), (None, true)] {
+        let backend = TestBackend::start("status-600").await;
+        backend.force_status(Some(odd));
+        let proxy = proxy_for(&backend, app_protocol).await;
+        let mut io = if handshake {
+            send_handshake(&proxy).await
+        } else {
+            let gw = proxy.gateway.expect("gateway listener");
+            let mut io = BufReader::new(TcpStream::connect(gw).await.expect("connect"));
+            io.get_mut()
+                .write_all(b"GET /ws/plain HTTP/1.1\r\nHost: ws.test\r\n\r\n")
+                .await
+                .expect("write the request");
+            io
+        };
+        let got = read_response(&mut io, "GET", DEADLINE)
+            .await
+            .expect("a complete response");
+        let case = format!("{app_protocol:?}, handshake {handshake}");
+        assert_eq!(got.status, 502, "{case}: {got:?}");
+        assert_eq!(
+            got.header("weir-proxy-error"),
+            Some("upstream-failed"),
+            "{case}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_upgrade_to_an_h2c_service_goes_out_as_http1_with_its_host() {
     let backend = TestBackend::start("ws-h2c").await;
     let proxy = proxy_for(&backend, Some("h2c")).await;

@@ -221,9 +221,20 @@ impl EndpointPool {
                         None => return Err(self.upstream_failed(e.into_error().into())),
                     },
                 };
+                self.status_in_range(resp.status())?;
                 Ok(resp.map(ProxyBody::Incoming))
             }
         }
+    }
+
+    /// RFC 9110 §15: a status outside 100–599 is invalid, and a client handed one cannot know
+    /// its class. hyper's clients take any three digits (`h1::decode` refuses them itself).
+    fn status_in_range(&self, status: http::StatusCode) -> Result<(), ProxyError> {
+        if status.as_u16() <= 599 {
+            return Ok(());
+        }
+        let invalid = h1::Error::Protocol("invalid response status");
+        Err(self.upstream_failed(invalid.into()))
     }
 
     /// An HTTP/1.0 request that named no host (`forward::set_target` leaves only those at 1.0)
@@ -383,6 +394,7 @@ impl EndpointPool {
             .send_request(req)
             .await
             .map_err(|e| self.upstream_failed(e.into()))?;
+        self.status_in_range(resp.status())?;
         if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS
             && !super::headers::switch_offered(
                 offered.as_ref(),
