@@ -164,22 +164,26 @@ pub fn may_tunnel(parts: &mut Parts) -> bool {
         return false;
     }
     // One field whose every token is a protocol but h2c: the usual WebSocket handshake.
-    let plain = |v: &HeaderValue| {
-        v.as_bytes().split(|&b| b == b',').all(|t| {
-            let t = t.trim_ascii();
-            !t.is_empty() && !is_h2c(t)
-        })
-    };
-    if plain(first) && parts.headers.get_all(header::UPGRADE).iter().count() == 1 {
+    let plain = list_tokens(first).all(|t| !t.is_empty() && !is_h2c(t));
+    if plain && parts.headers.get_all(header::UPGRADE).iter().count() == 1 {
         return true;
     }
     drop_h2c(&mut parts.headers)
 }
 
+/// The comma-separated items of a list field's value, trimmed (empty ones included).
+fn list_tokens(v: &HeaderValue) -> impl Iterator<Item = &[u8]> {
+    v.as_bytes().split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// An `Upgrade` token's protocol name, without its version (`websocket/13` → `websocket`).
+fn protocol_name(token: &[u8]) -> &[u8] {
+    token.split(|&b| b == b'/').next().unwrap_or_default()
+}
+
 /// Whether an `Upgrade` token names cleartext HTTP/2 (`h2c`, any case, any version suffix).
 fn is_h2c(token: &[u8]) -> bool {
-    let name = token.split(|&b| b == b'/').next().unwrap_or_default();
-    name.eq_ignore_ascii_case(b"h2c")
+    protocol_name(token).eq_ignore_ascii_case(b"h2c")
 }
 
 /// [`may_tunnel`]'s rare branch (an `h2c` or empty token, or `Upgrade` repeated): one `Upgrade`
@@ -189,8 +193,7 @@ fn drop_h2c(headers: &mut HeaderMap) -> bool {
     let others: Vec<&[u8]> = headers
         .get_all(header::UPGRADE)
         .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
+        .flat_map(list_tokens)
         .filter(|t| !t.is_empty() && !is_h2c(t))
         .collect();
     let kept = (!others.is_empty())
@@ -221,12 +224,10 @@ pub fn switch_offered(offered: Option<&HeaderValue>, answer: Option<&HeaderValue
 
 /// The protocol names of an `Upgrade` value, without versions.
 fn protocols(v: Option<&HeaderValue>) -> Vec<&[u8]> {
-    v.map(HeaderValue::as_bytes)
-        .unwrap_or_default()
-        .split(|&b| b == b',')
-        .map(<[u8]>::trim_ascii)
+    v.into_iter()
+        .flat_map(list_tokens)
         .filter(|t| !t.is_empty())
-        .map(|t| t.split(|&b| b == b'/').next().unwrap_or_default())
+        .map(protocol_name)
         .collect()
 }
 
