@@ -17,6 +17,7 @@ use crate::{
     error::ProxyError,
     http::{
         body::ProxyBody,
+        ext_connect,
         headers::{join_cookies, marked_to_tunnel, strip_hop_by_hop, wants_upgrade},
         pool::{Conn, EndpointPool, UpstreamProto},
         trailers::Cleaned,
@@ -88,7 +89,8 @@ pub async fn to_endpoint(
 pub(crate) fn prepare(parts: &mut Parts, proto: UpstreamProto) -> Result<bool, ProxyError> {
     let upgrade = marked_to_tunnel(parts)
         && (parts.method == Method::CONNECT
-            || parts.version != Version::HTTP_2 && wants_upgrade(&parts.headers));
+            || (parts.version != Version::HTTP_2 || ext_connect::is_extended(parts))
+                && wants_upgrade(&parts.headers));
     // An upgrade goes out over HTTP/1.1 (`EndpointPool::send_upgrade`) whatever the service
     // speaks, so it needs HTTP/1.1's target: origin-form with Host, not h2's absolute form
     // (CONNECT keeps its authority-form target).
@@ -252,6 +254,7 @@ async fn upgrade_and_forward(
     let drain = parts.extensions.remove::<crate::drain::Drain>();
     let reset_down = parts.extensions.remove::<ResetHandle>();
     let connect = parts.method == Method::CONNECT;
+    let extended = parts.extensions.remove::<ext_connect::ExtendedConnect>();
     let req = Request::from_parts(parts, body);
     let mut resp = pool.send_upgrade(req).await?;
     let reset_up = resp.extensions_mut().remove::<ResetHandle>();
@@ -260,6 +263,9 @@ async fn upgrade_and_forward(
     } else {
         resp.status() == StatusCode::SWITCHING_PROTOCOLS
     };
+    if let Some(x) = &extended {
+        ext_connect::answer(x, &mut resp).map_err(|e| pool.refused_answer(e))?;
+    }
     if tunnel {
         if connect {
             // A 2xx to CONNECT has no body whatever it says (RFC 9110 §9.3.6), and hyper's

@@ -21,6 +21,11 @@ pub async fn request(
     body: ProxyBody,
 ) -> Handled {
     let snap = shared.snapshot();
+    // First, so that an HTTP/2 extended CONNECT (WebSocket) is a GET with `Upgrade` below.
+    if let Err(e) = headers::validate_request(&mut parts) {
+        snap.gateway_unmatched.request();
+        return (snap.gateway_unmatched.clone(), Err(e)).into();
+    }
     // The gateway routes to services; it is no forward proxy for whoever reaches the edge.
     if parts.method == http::Method::CONNECT {
         snap.gateway_unmatched.request();
@@ -29,10 +34,6 @@ pub async fn request(
             Err(ProxyError::ConnectRefused),
         )
             .into();
-    }
-    if let Err(e) = headers::validate_request(&mut parts) {
-        snap.gateway_unmatched.request();
-        return (snap.gateway_unmatched.clone(), Err(e)).into();
     }
     let client = forwarded_for.get_or_init(|| headers::forwarded_for(conn.client.0.ip()));
     headers::add_forwarded(&mut parts.headers, client, "http");

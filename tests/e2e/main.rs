@@ -40,4 +40,5 @@ mod timeouts;
 mod trailers;
 mod transparent;
 mod websocket;
+mod websocket_h2;
 mod weirctl;

@@ -323,7 +323,7 @@ async fn an_http10_request_s_upgrade_is_ignored_not_refused() {
 
 /// A server on its own socket that answers each request head with `answer` and holds the
 /// connection open.
-async fn canned_server(answer: &'static [u8]) -> std::net::SocketAddr {
+pub(crate) async fn canned_server(answer: &'static [u8]) -> std::net::SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -406,7 +406,7 @@ async fn resetting_server(
 }
 
 /// A gateway with `/ws` (stripped) to the server at `addr`.
-async fn gateway_to(addr: std::net::SocketAddr) -> WeirProxy {
+pub(crate) async fn gateway_to(addr: std::net::SocketAddr) -> WeirProxy {
     let eps = [addr];
     WeirProxy::builder()
         .registry_yaml(gateway_prefixes(&[strip("/ws", "ws", &eps)]))

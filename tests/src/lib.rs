@@ -1,5 +1,5 @@
-//! Shared helpers for the end-to-end tests: real processes (weir-proxy, nginx, Python grpcio),
-//! real sockets, network namespaces. The tests themselves live in `e2e/`, one module per feature.
+//! Shared helpers for the end-to-end tests: real processes (weir-proxy, nginx, Python grpcio,
+//! websockets and h2), real sockets, network namespaces. The tests themselves live in `e2e/`, one module per feature.
 
 pub mod backend;
 pub mod control;
@@ -24,6 +24,7 @@ pub mod sidecar;
 pub mod skip;
 pub mod tmp;
 pub mod wait;
+pub mod ws;
 
 pub use backend::TestBackend;
 pub use grpc::GrpcServer;

@@ -69,6 +69,21 @@ pub fn require_python_grpc() -> bool {
     ))
 }
 
+/// True when the test Python (see [`crate::grpc::python`]) can import `websockets` and `h2`
+/// (the WebSocket tools in `tests/ws/`).
+pub fn require_python_ws() -> bool {
+    let python = crate::grpc::python();
+    let ok = Command::new(&python)
+        .args(["-c", "import websockets, h2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok || skip(&format!(
+        "`{python}` cannot import websockets + h2 (pip install websockets h2)"
+    ))
+}
+
 /// True when the app's Python ([`crate::grpc::APP_PYTHON`]), run as the app's uid
 /// ([`crate::sidecar::APP_UID`]), can import `grpc` and `grpc_tools` and read `tests/grpc/`:
 /// a per-user install (pyenv, `pip --user` under /root) does not count. Otherwise skips.
@@ -151,7 +166,8 @@ pub fn tool(name: &str) -> PathBuf {
 }
 
 /// Return from the test unless every requirement holds:
-/// `require!(tool "nginx", tool "promtool", root, python_grpc);` (`app_python_grpc`: the same
+/// `require!(tool "nginx", tool "promtool", root, python_grpc);` (`python_ws`: websockets and
+/// h2 for `tests/ws/`; `app_python_grpc`: the same
 /// for Python run as the app inside a network namespace; `open_files N`: room for N open files)
 ///
 /// Each missing requirement prints `SKIP <test>: <why>` (or panics under
@@ -165,5 +181,6 @@ macro_rules! require {
     (@one open_files $n:expr) => { $crate::skip::require_open_files($n) };
     (@one root) => { $crate::skip::require_root() };
     (@one python_grpc) => { $crate::skip::require_python_grpc() };
+    (@one python_ws) => { $crate::skip::require_python_ws() };
     (@one app_python_grpc) => { $crate::skip::require_app_python_grpc() };
 }

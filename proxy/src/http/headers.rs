@@ -246,7 +246,8 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 }
 
 /// Refuses requests whose framing or target is ambiguous, before anything is forwarded; an
-/// HTTP/1 request in absolute form (`GET http://a/p`) gets its Host from the target.
+/// HTTP/1 request in absolute form (`GET http://a/p`) gets its Host from the target, and an
+/// HTTP/2 extended CONNECT becomes the upgrade it stands for ([`ext_connect`](super::ext_connect)).
 pub fn validate_request(parts: &mut Parts) -> Result<(), ProxyError> {
     if parts.version <= Version::HTTP_11 && parts.uri.authority().is_some() {
         host_from_target(parts)?;
@@ -288,6 +289,11 @@ pub fn validate_request(parts: &mut Parts) -> Result<(), ProxyError> {
             _ => return Err(ProxyError::BadRequest("duplicate Host")),
         },
         Version::HTTP_2 => {
+            if parts.method == Method::CONNECT {
+                // Before the checks below, which then hold it to a GET's rules (a `:path`).
+                super::ext_connect::to_upgrade(parts)?;
+            }
+            let h = &parts.headers;
             let mut hosts = h.get_all(header::HOST).iter();
             if let Some(host) = hosts.next() {
                 if hosts.next().is_some() {

@@ -1,6 +1,7 @@
 //! HTTP on both sides of the proxy: bodies, header hygiene, the server and the upstream pool.
 
 pub mod body;
+pub mod ext_connect;
 pub mod front;
 pub mod h1;
 pub mod head_guard;

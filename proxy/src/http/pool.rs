@@ -259,6 +259,11 @@ impl EndpointPool {
         Ok(())
     }
 
+    /// An upgrade answer that does not fit its request (`why`): the upstream failed.
+    pub(crate) fn refused_answer(&self, why: &'static str) -> ProxyError {
+        self.upstream_failed(h1::Error::Protocol(why).into())
+    }
+
     fn upstream_failed(&self, source: UpstreamError) -> ProxyError {
         ProxyError::Upstream {
             addr: self.addr,
@@ -401,8 +406,7 @@ impl EndpointPool {
                 resp.headers().get(header::UPGRADE),
             )
         {
-            let refused = h1::Error::Protocol("101 to a protocol the request did not offer");
-            return Err(self.upstream_failed(refused.into()));
+            return Err(self.refused_answer("101 to a protocol the request did not offer"));
         }
         if let Ok(reset) = reset {
             resp.extensions_mut().insert(reset);

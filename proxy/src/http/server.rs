@@ -185,7 +185,9 @@ where
         .initial_stream_window_size(l.initial_stream_window)
         .initial_connection_window_size(l.initial_connection_window)
         .keep_alive_interval(l.keepalive_interval)
-        .keep_alive_timeout(l.keepalive_timeout);
+        .keep_alive_timeout(l.keepalive_timeout)
+        // RFC 8441: WebSocket over HTTP/2 (`ext_connect.rs`).
+        .enable_connect_protocol();
     let mut c = std::pin::pin!(b.serve_connection(TokioIo::new(io), svc));
     let result = tokio::select! {
         r = c.as_mut() => r,
