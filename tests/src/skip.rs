@@ -54,33 +54,26 @@ pub fn require_root() -> bool {
 
 /// True when the test Python (see [`crate::grpc::python`]) can import `grpc` and `grpc_tools`.
 pub fn require_python_grpc() -> bool {
-    let python = crate::grpc::python();
-    let ok = Command::new(&python)
-        .args(["-c", "import grpc, grpc_tools"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return true;
-    }
-    skip(&format!(
-        "`{python}` cannot import grpc + grpc_tools (pip install grpcio grpcio-tools)"
-    ))
+    python_imports("grpc, grpc_tools", "grpcio grpcio-tools")
 }
 
-/// True when the test Python (see [`crate::grpc::python`]) can import `websockets` and `h2`
-/// (the WebSocket tools in `tests/ws/`).
+/// True when the test Python can import `websockets` and `h2` (the WebSocket tools in
+/// `tests/ws/`).
 pub fn require_python_ws() -> bool {
+    python_imports("websockets, h2", "websockets h2")
+}
+
+/// True when the test Python can `import {modules}`; otherwise skips, naming the pip packages.
+fn python_imports(modules: &str, packages: &str) -> bool {
     let python = crate::grpc::python();
     let ok = Command::new(&python)
-        .args(["-c", "import websockets, h2"])
+        .args(["-c", &format!("import {modules}")])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     ok || skip(&format!(
-        "`{python}` cannot import websockets + h2 (pip install websockets h2)"
+        "`{python}` cannot import {modules} (pip install {packages})"
     ))
 }
 

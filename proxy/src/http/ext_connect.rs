@@ -5,7 +5,7 @@
 use base64::{engine::general_purpose::STANDARD, Engine};
 use http::{header, request::Parts, HeaderValue, Method, Response, StatusCode};
 
-use crate::error::ProxyError;
+use crate::{error::ProxyError, http::headers::is_tchar};
 
 /// RFC 6455 §1.3: what a server appends to the key before hashing it into its accept value.
 const WEBSOCKET_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -72,9 +72,8 @@ pub fn answer<B>(x: &ExtendedConnect, resp: &mut Response<B>) -> Result<(), &'st
             false => Ok(()),
         };
     }
-    let headers = resp.headers_mut();
     if let Some(want) = &x.accept {
-        if headers.get(header::SEC_WEBSOCKET_ACCEPT) != Some(want) {
+        if resp.headers().get(header::SEC_WEBSOCKET_ACCEPT) != Some(want) {
             return Err("101 without the Sec-WebSocket-Accept of the handshake's key");
         }
     }
@@ -93,11 +92,6 @@ fn accept_for(key: &[u8]) -> HeaderValue {
     sha.update(WEBSOCKET_GUID);
     let accept = STANDARD.encode(sha.digest().bytes());
     HeaderValue::try_from(accept).expect("base64 is a valid header value")
-}
-
-/// RFC 9110 §5.6.2's `tchar`.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]

@@ -171,6 +171,11 @@ pub fn may_tunnel(parts: &mut Parts) -> bool {
     drop_h2c(&mut parts.headers)
 }
 
+/// A byte of a token (RFC 9110 §5.6.2), as field names and `Upgrade` protocols are.
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 /// The comma-separated items of a list field's value, trimmed (empty ones included).
 fn list_tokens(v: &HeaderValue) -> impl Iterator<Item = &[u8]> {
     v.as_bytes().split(|&b| b == b',').map(<[u8]>::trim_ascii)

@@ -2,6 +2,7 @@
 //! exactly where hyper will look for it.
 
 use super::head::{Reject, MAX_HEADERS};
+use crate::http::headers::is_tchar;
 
 /// The rest of one request body.
 #[derive(Debug)]
@@ -133,11 +134,6 @@ impl Chunked {
         }
         Ok(next)
     }
-}
-
-/// A byte of a token (RFC 9110 §5.6.2), as field names are.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Control characters, HTAB excepted (it is allowed in extensions and field values).
