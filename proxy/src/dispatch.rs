@@ -148,7 +148,7 @@ pub async fn route(
         body,
     );
     let idle = crate::idle::timeout_for(policy, svc);
-    crate::idle::for_upgrade(&mut parts, idle);
+    crate::idle::for_upgrade(&mut parts, idle, metrics.as_ref());
     let result = crate::idle::watch(idle, metrics.as_ref(), body, |body| {
         forward::to_service(shared, svc, policy, metrics.as_deref(), parts, body)
     })

@@ -250,7 +250,7 @@ async fn upgrade_and_forward(
         .ok_or(ProxyError::BadRequest(
             "upgrade on a connection that cannot switch protocols",
         ))?;
-    let idle = parts.extensions.remove::<crate::idle::SpliceIdle>();
+    let carried = parts.extensions.remove::<crate::idle::Tunnel>();
     let drain = parts.extensions.remove::<crate::drain::Drain>();
     let reset_down = parts.extensions.remove::<ResetHandle>();
     let connect = parts.method == Method::CONNECT;
@@ -277,10 +277,17 @@ async fn upgrade_and_forward(
         tokio::spawn(async move {
             // Shutdown waits for the tunnel to end, as for a request in flight.
             let _drain = drain;
+            let (idle, route) = carried.map_or((None, None), |t| (t.idle, t.route));
+            let metrics = route.as_deref().map(crate::metrics::RouteMetrics::tunnels);
             match tokio::try_join!(downstream, upstream) {
                 Ok((d, u)) => {
-                    let spliced = crate::idle::splice(TokioIo::new(d), TokioIo::new(u), idle);
-                    ended_splice(spliced.await, [reset_down, reset_up]);
+                    if let Some(m) = metrics {
+                        m.opened.increment(1);
+                    }
+                    let (mut d, mut u) = (TokioIo::new(d), TokioIo::new(u));
+                    let spliced = crate::idle::splice(&mut d, &mut u, metrics, idle).await;
+                    drop((d, u));
+                    ended_splice(spliced, [reset_down, reset_up]);
                 }
                 Err(e) => tracing::debug!(error = %e, "upgrade failed"),
             }

@@ -43,7 +43,7 @@ pub async fn request(
     let proto = forward::same_as(parts.version);
     // The local service's `policy.idleTimeout` (an unknown port gets none).
     let idle = svc.and_then(|s| resolve(None, s.policy.source.idle_timeout));
-    crate::idle::for_upgrade(&mut parts, idle);
+    crate::idle::for_upgrade(&mut parts, idle, Some(&m));
     let result = crate::idle::watch(idle, Some(&m), body, |body| {
         forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body)
     })

@@ -37,6 +37,10 @@ pub const ACCEPT_FAILURES: &str = "weir_accept_failures_total";
 pub const CONNECTIONS_REFUSED: &str = "weir_connections_refused_total";
 pub const TCP_RX: &str = "weir_tcp_received_bytes_total";
 pub const TCP_TX: &str = "weir_tcp_sent_bytes_total";
+pub const TUNNELS_OPENED: &str = "weir_tunnels_opened_total";
+pub const TUNNELS_CLOSED: &str = "weir_tunnels_closed_total";
+pub const TUNNEL_RX: &str = "weir_tunnel_received_bytes_total";
+pub const TUNNEL_TX: &str = "weir_tunnel_sent_bytes_total";
 pub const DETECTIONS: &str = "weir_protocol_detections_total";
 pub const ENDPOINT_DOWN: &str = "weir_endpoint_connect_failures_total";
 pub const PARKED: &str = "weir_http1_parked_connections";
@@ -133,6 +137,22 @@ fn describe() {
         TCP_TX,
         "Bytes sent to the downstream client of opaque TCP connections."
     );
+    describe_counter!(
+        TUNNELS_OPENED,
+        "Upgraded connections (WebSocket and other 101s, CONNECT's 2xx) whose splice began, by direction, service and route."
+    );
+    describe_counter!(
+        TUNNELS_CLOSED,
+        "Upgraded connections ended, by direction, service, route and how they ended (eof, idle-timeout, error)."
+    );
+    describe_counter!(
+        TUNNEL_RX,
+        "Bytes received from the downstream client of upgraded connections after the switch, by direction, service and route."
+    );
+    describe_counter!(
+        TUNNEL_TX,
+        "Bytes sent to the downstream client of upgraded connections after the switch, by direction, service and route."
+    );
     describe_counter!(DETECTIONS, "Protocol detection outcomes, by protocol.");
     describe_counter!(
         crate::http::head_guard::REJECTED_HEADS,
@@ -201,6 +221,8 @@ pub struct RouteMetrics {
     by_grpc: Box<[OnceLock<Counter>]>,
     /// Mirror copies, by [`MirrorResult`].
     mirrors: [OnceLock<Counter>; 3],
+    /// Upgraded connections (`weir_tunnel*`): boxed, as most routes never switch protocols.
+    tunnels: OnceLock<Box<TcpMetrics>>,
 }
 
 /// What became of one mirror copy.
@@ -255,6 +277,7 @@ impl RouteMetrics {
             shed: Default::default(),
             by_grpc: (0..=MAX_GRPC_STATUS).map(|_| OnceLock::new()).collect(),
             mirrors: Default::default(),
+            tunnels: OnceLock::new(),
             labels,
         })
     }
@@ -372,6 +395,15 @@ impl RouteMetrics {
             .increment(1);
     }
 
+    /// The series of this route's upgraded connections (registered on first use); a tunnel
+    /// never fails to connect (that is an HTTP answer), so it has no `connect-failed` close.
+    pub fn tunnels(&self) -> &TcpMetrics {
+        self.tunnels.get_or_init(|| {
+            let ends = [TcpEnd::Eof, TcpEnd::IdleTimeout, TcpEnd::Error];
+            Box::new(TcpMetrics::register(&TUNNEL_NAMES, &self.labels, &ends))
+        })
+    }
+
     /// The proxy answered itself because of `cause`.
     pub fn proxy_error(&self, cause: &'static str) {
         let mut l = self.labels.to_vec();
@@ -412,7 +444,30 @@ impl TcpEnd {
     }
 }
 
-/// Handles for opaque TCP on one (direction, service).
+/// The names of a [`TcpMetrics`]'s four series.
+struct TcpNames {
+    opened: &'static str,
+    closed: &'static str,
+    rx: &'static str,
+    tx: &'static str,
+}
+
+const TCP_NAMES: TcpNames = TcpNames {
+    opened: TCP_OPENED,
+    closed: TCP_CLOSED,
+    rx: TCP_RX,
+    tx: TCP_TX,
+};
+
+const TUNNEL_NAMES: TcpNames = TcpNames {
+    opened: TUNNELS_OPENED,
+    closed: TUNNELS_CLOSED,
+    rx: TUNNEL_RX,
+    tx: TUNNEL_TX,
+};
+
+/// Handles for a byte relay: opaque TCP on one (direction, service), or the upgraded
+/// connections of one route.
 #[derive(Debug, Clone)]
 pub struct TcpMetrics {
     pub opened: Counter,
@@ -423,22 +478,31 @@ pub struct TcpMetrics {
 }
 
 impl TcpMetrics {
-    /// Registers the series.
+    /// Registers the opaque TCP series of (direction, service).
     pub fn new(direction: Direction, service: &str) -> Self {
         let l = [
             Label::new("direction", direction.as_str()),
             Label::new("service", service.to_string()),
         ];
+        Self::register(&TCP_NAMES, &l, &TcpEnd::ALL)
+    }
+
+    /// Registers `names` with `labels`, and a close series for each of `ends` (a close of
+    /// another kind, which cannot happen there, goes uncounted rather than showing a zero).
+    fn register(names: &TcpNames, labels: &[Label], ends: &[TcpEnd]) -> Self {
         let closed = TcpEnd::ALL.map(|end| {
-            let mut with = l.to_vec();
+            if !ends.contains(&end) {
+                return Counter::noop();
+            }
+            let mut with = labels.to_vec();
             with.push(Label::new("reason", end.as_str()));
-            metrics::counter!(TCP_CLOSED, with.iter())
+            metrics::counter!(names.closed, with.iter())
         });
         Self {
-            opened: metrics::counter!(TCP_OPENED, l.iter()),
+            opened: metrics::counter!(names.opened, labels.iter()),
             closed,
-            rx: metrics::counter!(TCP_RX, l.iter()),
-            tx: metrics::counter!(TCP_TX, l.iter()),
+            rx: metrics::counter!(names.rx, labels.iter()),
+            tx: metrics::counter!(names.tx, labels.iter()),
         }
     }
 

@@ -51,6 +51,7 @@ pub async fn request(
             return (m, Err(ProxyError::NoRoute)).into();
         };
         let proto = forward::same_as(parts.version);
+        crate::idle::for_upgrade(&mut parts, None, Some(&m));
         return (
             m,
             forward::to_endpoint(shared, EndpointAddr(dst.0), proto, parts, body).await,
@@ -72,7 +73,7 @@ pub async fn request(
             Err(e) => return (m, Err(e)).into(),
         };
         let idle = crate::idle::timeout_for(&svc.default_route, svc);
-        crate::idle::for_upgrade(&mut parts, idle);
+        crate::idle::for_upgrade(&mut parts, idle, Some(&m));
         let result = crate::idle::watch(idle, Some(&m), body, |body| {
             forward::to_service(shared, svc, &svc.default_route, Some(&m), parts, body)
         })

@@ -4,22 +4,16 @@
 //! ended; a relay idle for its timeout is closed, and a reset on one side is passed on as a
 //! reset, not a clean end.
 
-use std::{io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{io, net::SocketAddr, time::Duration};
 
-use metrics::Counter;
 use tokio::net::TcpStream;
 
 use crate::{
     balance::{EndpointSet, InFlight},
     error::ProxyError,
-    idle::Spliced,
-    metrics::{TcpEnd, TcpMetrics, ENDPOINT_DOWN},
-    resilience::idle::IdleClock,
-    transport::{
-        listen,
-        prefixed::Prefixed,
-        tap::{Tap, Tapped},
-    },
+    idle::{splice, Spliced},
+    metrics::{TcpMetrics, ENDPOINT_DOWN},
+    transport::{listen, prefixed::Prefixed},
 };
 
 /// Connects a relay makes at most, each to an endpoint other than the last one's: nothing has
@@ -89,38 +83,22 @@ pub async fn connect(target: Target<'_>, timeout: Duration) -> io::Result<Upstre
     Err(last)
 }
 
-/// Relays until both directions are closed; each side's EOF is passed on as a write shutdown,
-/// so a client that half-closes still gets the rest of the server's answer. With `idle`, a
-/// relay in which no byte moved either way for that long ends and both sides are closed. When
-/// one side fails (a reset, mostly) the other is reset too: a FIN would tell it the stream
-/// ended cleanly, which a protocol framed by the close would take as complete. The caller
-/// counts the open (before connecting); the relay counts its close, by how it ended.
+/// Relays until both directions are closed (the splice of [`crate::idle::splice`], counted on
+/// `metrics`); with `idle`, a relay in which no byte moved either way for that long ends and
+/// both sides are closed. When one side fails (a reset, mostly) the other is reset too: a FIN
+/// would tell it the stream ended cleanly, which a protocol framed by the close would take as
+/// complete. The caller counts the open (before connecting); the relay counts its close.
 pub async fn relay(
-    downstream: Prefixed<TcpStream>,
+    mut downstream: Prefixed<TcpStream>,
     mut upstream: TcpStream,
     metrics: &TcpMetrics,
     idle: Option<Duration>,
 ) -> Spliced {
     // Upstream sockets already probe; a relay may outlive a client that vanished silently.
     listen::keep_probing(downstream.get_ref());
-    let clock = idle.map(|d| Arc::new(IdleClock::new(d)));
-    let mut downstream = Tapped {
-        io: downstream,
-        tap: Moved {
-            rx: metrics.rx.clone(),
-            tx: metrics.tx.clone(),
-            clock: clock.clone(),
-        },
-    };
-    let copied = tokio::io::copy_bidirectional(&mut downstream, &mut upstream);
-    let spliced = Spliced::until_idle(copied, clock.as_deref()).await;
-    metrics.closed(match spliced {
-        Spliced::Eof => TcpEnd::Eof,
-        Spliced::IdleTimeout => TcpEnd::IdleTimeout,
-        Spliced::Failed(_) => TcpEnd::Error,
-    });
+    let spliced = splice(&mut downstream, &mut upstream, Some(metrics), idle).await;
     if let Spliced::Failed(_) = spliced {
-        reset_on_close(downstream.io.get_ref());
+        reset_on_close(downstream.get_ref());
         reset_on_close(&upstream);
     }
     spliced
@@ -131,34 +109,11 @@ fn reset_on_close(stream: &TcpStream) {
     let _ = stream.set_zero_linger();
 }
 
-/// Counts the downstream side's bytes (received from and sent to the client) and, with an idle
-/// timeout, touches its clock: every byte either way passes the downstream side.
-struct Moved {
-    rx: Counter,
-    tx: Counter,
-    clock: Option<Arc<IdleClock>>,
-}
-
-impl Tap for Moved {
-    fn read(&self, n: usize) {
-        self.rx.increment(n as u64);
-        if let Some(c) = &self.clock {
-            c.touch();
-        }
-    }
-
-    fn wrote(&self, n: usize) {
-        self.tx.increment(n as u64);
-        if let Some(c) = &self.clock {
-            c.touch();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::balance::loopback_set;
+    use std::sync::Arc;
 
     const TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -127,6 +127,14 @@ async fn connect_from_an_app_tunnels_to_its_forward_proxy_and_a_refusal_keeps_th
         accepted.contains("proxy-authorization: basic dtpw\r\n"),
         "meant for the app's proxy, so passed on: {accepted}"
     );
+    // The tunnel's bytes (the refused CONNECT opened none): 14 up, `echo:` and those 14 down.
+    let counted =
+        weir_tests::metrics::tunnels_closed(&pod.proxy, &[("direction", "outbound")], "eof", 1.0)
+            .await;
+    assert_eq!(
+        (counted.opened, counted.received, counted.sent),
+        (1.0, 14.0, 19.0)
+    );
 }
 
 #[tokio::test]
@@ -255,5 +263,13 @@ async fn connect_over_h2_and_http1_through_the_inbound_path_reaches_the_local_fo
     assert_eq!(
         through(rd.into_inner(), b"\0\x01h1").await,
         b"echo:\0\x01h1"
+    );
+    // Both tunnels counted on the inbound path: 4 bytes up and 9 down each.
+    let counted =
+        weir_tests::metrics::tunnels_closed(&pod.proxy, &[("direction", "inbound")], "eof", 2.0)
+            .await;
+    assert_eq!(
+        (counted.opened, counted.received, counted.sent),
+        (2.0, 8.0, 18.0)
     );
 }

@@ -186,7 +186,7 @@ async fn a_slow_upload_keeps_its_stream_alive_past_the_idle_timeout() {
 async fn an_upgraded_connection_lives_while_bytes_move_and_is_closed_once_idle() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
     let setting = Duration::from_millis(600);
-    let (_app, _proxy, gw) = idle_gateway("600ms").await;
+    let (_app, proxy, gw) = idle_gateway("600ms").await;
     let io = TcpStream::connect(gw).await.expect("connect");
     let mut io = BufReader::new(io);
     io.get_mut()
@@ -213,4 +213,9 @@ async fn an_upgraded_connection_lives_while_bytes_move_and_is_closed_once_idle()
         .unwrap_or(0);
     assert_eq!(n, 0, "nothing more was sent");
     assert_fired_near(still.elapsed(), setting);
+    let counted = metrics::tunnels_closed(&proxy, &[("route", "r")], "idle-timeout", 1.0).await;
+    assert_eq!(
+        (counted.opened, counted.received, counted.sent),
+        (1.0, 40.0, 40.0)
+    );
 }

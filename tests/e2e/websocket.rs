@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use weir_tests::metrics::{self, Tunnels};
 use weir_tests::raw_http1::{read_head, read_response};
 use weir_tests::registry::{gateway_prefixes, strip, PrefixRoute};
 use weir_tests::wait::within;
@@ -96,6 +97,8 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
         "nothing may follow the 101 before we speak"
     );
     let (mut rd, mut wr) = io.into_inner().into_split();
+    // Bytes written after the 101; each comes back, so as many are read.
+    let mut moved = 0;
 
     // Several messages, one at a time: each comes back whole before the next goes out.
     for (i, text) in [
@@ -109,6 +112,7 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
     {
         let frame = client_frame(0x1, text.as_bytes(), [i as u8, 1, 2, 3]);
         wr.write_all(&frame).await.expect("write a frame");
+        moved += frame.len();
         let mut echoed = vec![0u8; frame.len()];
         within(DEADLINE, "echoed frame", rd.read_exact(&mut echoed))
             .await
@@ -120,6 +124,7 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
     // hold, so this only completes if the proxy relays both directions at once.
     let big: Vec<u8> = (0..4u32 << 20).map(|i| (i % 253) as u8).collect();
     let frame = client_frame(0x2, &big, [9, 8, 7, 6]);
+    moved += frame.len();
     let write = async {
         wr.write_all(&frame).await.expect("write the big frame");
     };
@@ -137,6 +142,7 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
     // and that close travels back.
     let close = client_frame(0x8, &1000u16.to_be_bytes(), [4, 3, 2, 1]);
     wr.write_all(&close).await.expect("write close");
+    moved += close.len();
     let mut echoed = vec![0u8; close.len()];
     within(DEADLINE, "echoed close", rd.read_exact(&mut echoed))
         .await
@@ -149,6 +155,17 @@ async fn a_websocket_upgrade_switches_protocols_and_relays_frames_both_ways_unti
         .expect("clean close");
     assert_eq!(n, 0, "no bytes after close: {rest:?}");
     assert_eq!(backend.requests(), 1);
+    let route = [("direction", "gateway"), ("route", "ws")];
+    let counted = metrics::tunnels_closed(&proxy, &route, "eof", 1.0).await;
+    let moved = moved as f64;
+    assert_eq!(
+        counted,
+        Tunnels {
+            opened: 1.0,
+            received: moved,
+            sent: moved
+        }
+    );
 }
 
 #[tokio::test]
@@ -439,6 +456,17 @@ async fn an_upstream_reset_after_101_reaches_the_client_as_a_reset_not_a_clean_e
         Err(std::io::ErrorKind::ConnectionReset),
         "{}",
         proxy.log()
+    );
+    // One byte went up before the upstream reset; none came back.
+    let route = [("direction", "gateway"), ("route", "ws")];
+    let counted = metrics::tunnels_closed(&proxy, &route, "error", 1.0).await;
+    assert_eq!(
+        counted,
+        Tunnels {
+            opened: 1.0,
+            received: 1.0,
+            sent: 0.0
+        }
     );
 }
 

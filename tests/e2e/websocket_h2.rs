@@ -86,6 +86,14 @@ async fn another_protocol_over_extended_connect_becomes_that_upgrade_and_is_spli
     assert_eq!(s["status"], "200", "{s}\n{}", proxy.log());
     assert_eq!(s["replies"][0], "through", "{s}");
     assert_eq!(header(&s, "x-upgrade-target"), Some("/tunnel"), "{s}");
+    // The h2 stream's bytes are the tunnel's: a masked 7-byte text frame (13) and a masked
+    // close (8), echoed back.
+    let route = [("direction", "gateway"), ("route", "ws")];
+    let counted = weir_tests::metrics::tunnels_closed(&proxy, &route, "eof", 1.0).await;
+    assert_eq!(
+        (counted.opened, counted.received, counted.sent),
+        (1.0, 21.0, 21.0)
+    );
 }
 
 #[tokio::test]

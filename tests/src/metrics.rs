@@ -49,3 +49,37 @@ pub fn promtool_check(text: &str) -> Result<(), String> {
         String::from_utf8_lossy(&out.stderr)
     ))
 }
+
+/// A proxy's `weir_tunnel*` series for some labels, read once its tunnels had closed.
+#[derive(Debug, PartialEq)]
+pub struct Tunnels {
+    pub opened: f64,
+    /// Bytes received from the client after the switch.
+    pub received: f64,
+    /// Bytes sent to the client after the switch.
+    pub sent: f64,
+}
+
+/// `proxy`'s tunnel series matching `labels`, once `closed` tunnels have been counted closed
+/// as `reason` (polled for 10 s; the splice counts its close after both sides ended).
+pub async fn tunnels_closed(
+    proxy: &crate::WeirProxy,
+    labels: &[(&str, &str)],
+    reason: &str,
+    closed: f64,
+) -> Tunnels {
+    let mut with = labels.to_vec();
+    with.push(("reason", reason));
+    let what = format!("{closed} tunnel(s) closed as {reason} with {labels:?}");
+    let text = crate::poll_until(std::time::Duration::from_secs(10), &what, || async {
+        let text = proxy.metrics_text().await;
+        (sum(&text, "weir_tunnels_closed_total", &with) == Some(closed)).then_some(text)
+    })
+    .await;
+    let read = |name| sum(&text, name, labels).unwrap_or_else(|| panic!("no {name}:\n{text}"));
+    Tunnels {
+        opened: read("weir_tunnels_opened_total"),
+        received: read("weir_tunnel_received_bytes_total"),
+        sent: read("weir_tunnel_sent_bytes_total"),
+    }
+}

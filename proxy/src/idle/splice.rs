@@ -1,26 +1,36 @@
-//! The idle timeout of an upgraded (spliced) connection, e.g. a WebSocket: the route's stream
-//! idle timeout carried to the splice in the request's extensions, and a splice that ends both
-//! sides once no byte moved either way for that long, and says how it ended.
+//! The byte splice behind every tunnel (opaque TCP relays, upgraded connections such as a
+//! WebSocket): copies both ways, ends both sides once no byte moved either way for the idle
+//! timeout, counts the client side's bytes as they move and the close by how it ended; and the
+//! request extension that carries an upgrade's idle timeout and route series to its splice.
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
 use http::request::Parts;
+use metrics::Counter;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::{
+    metrics::{RouteMetrics, TcpEnd, TcpMetrics},
     resilience::idle::IdleClock,
     transport::tap::{Tap, Tapped},
 };
 
-/// The idle timeout an upgrade request's splice keeps (request extension).
-#[derive(Debug, Clone, Copy)]
-pub struct SpliceIdle(pub Duration);
+/// What an upgrade request's splice keeps (request extension): the idle timeout, and the
+/// route whose `weir_tunnel*` series count the tunnel.
+#[derive(Debug, Clone)]
+pub struct Tunnel {
+    pub idle: Option<Duration>,
+    pub route: Option<Arc<RouteMetrics>>,
+}
 
-/// Marks an upgrade or CONNECT request (as `conn::handle` marked it) with its idle timeout; other requests are left
-/// untouched, so they pay for no extensions map.
-pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>) {
-    if let Some(d) = idle.filter(|_| crate::http::headers::marked_to_tunnel(parts)) {
-        parts.extensions.insert(SpliceIdle(d));
+/// Marks an upgrade or CONNECT request (as `conn::handle` marked it) with its idle timeout and
+/// route series; other requests are left untouched, so they pay for no extensions map.
+pub fn for_upgrade(parts: &mut Parts, idle: Option<Duration>, route: Option<&Arc<RouteMetrics>>) {
+    if (idle.is_some() || route.is_some()) && crate::http::headers::marked_to_tunnel(parts) {
+        parts.extensions.insert(Tunnel {
+            idle,
+            route: route.cloned(),
+        });
     }
 }
 
@@ -40,10 +50,19 @@ impl Spliced {
         copied.map_or_else(Spliced::Failed, |_| Spliced::Eof)
     }
 
+    /// The close's `reason`.
+    fn end(&self) -> TcpEnd {
+        match self {
+            Spliced::Eof => TcpEnd::Eof,
+            Spliced::IdleTimeout => TcpEnd::IdleTimeout,
+            Spliced::Failed(_) => TcpEnd::Error,
+        }
+    }
+
     /// `copied` (a two-way copy) to its end or, with `clock`, until the clock expires first.
     /// The idle timeout is told by which ended, not by an error kind: a keep-alive probe that
     /// found the peer gone also fails with `TimedOut`, and that is a failure.
-    pub(crate) async fn until_idle(
+    async fn until_idle(
         copied: impl Future<Output = io::Result<(u64, u64)>>,
         clock: Option<&IdleClock>,
     ) -> Self {
@@ -57,35 +76,62 @@ impl Spliced {
     }
 }
 
-/// Copies both ways between `a` and `b` until either side ends or, with `idle`, until no byte
-/// moved either way for that long; both are dropped (closed) on return.
-pub async fn splice<A, B>(a: A, b: B, idle: Option<SpliceIdle>) -> Spliced
+/// Copies both ways between `down` (the client's side) and `up` until both have ended (each
+/// EOF passed on as a write shutdown) or one fails, or, with `idle`, until no byte moved
+/// either way for that long. With `metrics`, counts `down`'s bytes as they move (a long-lived
+/// tunnel shows before it ends) and the close by how it ended; the caller counts the open.
+/// The caller closes (or resets) both sides.
+pub async fn splice<A, B>(
+    down: &mut A,
+    up: &mut B,
+    metrics: Option<&TcpMetrics>,
+    idle: Option<Duration>,
+) -> Spliced
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let Some(SpliceIdle(timeout)) = idle else {
-        let (mut a, mut b) = (a, b);
-        return Spliced::of(tokio::io::copy_bidirectional(&mut a, &mut b).await);
+    if metrics.is_none() && idle.is_none() {
+        return Spliced::of(tokio::io::copy_bidirectional(down, up).await);
+    }
+    let clock = idle.map(|d| Arc::new(IdleClock::new(d)));
+    let mut down = Tapped {
+        io: down,
+        tap: Moved {
+            rx: metrics.map_or(Counter::noop(), |m| m.rx.clone()),
+            tx: metrics.map_or(Counter::noop(), |m| m.tx.clone()),
+            clock: clock.clone(),
+        },
     };
-    let clock = Arc::new(IdleClock::new(timeout));
-    let mut a = Tapped {
-        io: a,
-        tap: Touch(clock.clone()),
-    };
-    let mut b = Tapped {
-        io: b,
-        tap: Touch(clock.clone()),
-    };
-    Spliced::until_idle(tokio::io::copy_bidirectional(&mut a, &mut b), Some(&clock)).await
+    let copied = tokio::io::copy_bidirectional(&mut down, up);
+    let spliced = Spliced::until_idle(copied, clock.as_deref()).await;
+    if let Some(m) = metrics {
+        m.closed(spliced.end());
+    }
+    spliced
 }
 
-/// Touches the idle clock whenever bytes arrive on either side.
-struct Touch(Arc<IdleClock>);
+/// Counts the client side's bytes (received from and sent to the client) and, with an idle
+/// timeout, touches its clock: every byte either way passes the client's side.
+struct Moved {
+    rx: Counter,
+    tx: Counter,
+    clock: Option<Arc<IdleClock>>,
+}
 
-impl Tap for Touch {
-    fn read(&self, _: usize) {
-        self.0.touch();
+impl Tap for Moved {
+    fn read(&self, n: usize) {
+        self.rx.increment(n as u64);
+        if let Some(c) = &self.clock {
+            c.touch();
+        }
+    }
+
+    fn wrote(&self, n: usize) {
+        self.tx.increment(n as u64);
+        if let Some(c) = &self.clock {
+            c.touch();
+        }
     }
 }
 
@@ -100,7 +146,10 @@ mod tests {
     async fn a_splice_that_keeps_moving_lives_on_and_one_that_stands_still_is_cut() {
         let (mut client, a) = tokio::io::duplex(64);
         let (b, mut server) = tokio::io::duplex(64);
-        let task = tokio::spawn(splice(a, b, Some(SpliceIdle(100 * MS))));
+        let task = tokio::spawn(async move {
+            let (mut a, mut b) = (a, b);
+            splice(&mut a, &mut b, None, Some(100 * MS)).await
+        });
         for _ in 0..5 {
             tokio::time::sleep(60 * MS).await;
             client.write_all(b"ping").await.expect("write");
@@ -118,8 +167,8 @@ mod tests {
     #[test]
     fn only_upgrade_and_connect_requests_carry_the_timeout() {
         let (mut plain, ()) = http::Request::new(()).into_parts();
-        for_upgrade(&mut plain, Some(MS));
-        assert!(plain.extensions.get::<SpliceIdle>().is_none());
+        for_upgrade(&mut plain, Some(MS), None);
+        assert!(plain.extensions.get::<Tunnel>().is_none());
         let (mut up, ()) = http::Request::builder()
             .header(http::header::UPGRADE, "websocket")
             .body(())
@@ -127,8 +176,8 @@ mod tests {
             .into_parts();
         let (_tx, drain) = crate::drain::channel();
         up.extensions.insert(drain.clone());
-        for_upgrade(&mut up, Some(MS));
-        assert!(up.extensions.get::<SpliceIdle>().is_some());
+        for_upgrade(&mut up, Some(MS), None);
+        assert!(up.extensions.get::<Tunnel>().is_some());
         let (mut connect, ()) = http::Request::builder()
             .method(http::Method::CONNECT)
             .uri("db.test:5432")
@@ -136,7 +185,7 @@ mod tests {
             .expect("request")
             .into_parts();
         connect.extensions.insert(drain);
-        for_upgrade(&mut connect, Some(MS));
-        assert!(connect.extensions.get::<SpliceIdle>().is_some());
+        for_upgrade(&mut connect, Some(MS), None);
+        assert!(connect.extensions.get::<Tunnel>().is_some());
     }
 }
