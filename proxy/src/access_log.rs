@@ -1,6 +1,6 @@
 //! The access log: one line per request (Apache combined with Weir's fields after it, or JSON),
 //! written to stdout by a thread of its own once the response body has ended, so a request never
-//! waits on the log. The request's side only takes cheap copies (shared bytes, an `Arc`); the
+//! waits on the log (and one per opaque TCP connection, `tcp`). The request's side only takes cheap copies (shared bytes, an `Arc`); the
 //! writer formats, and wakes on a clock of its own, so no request pays for waking it.
 
 use std::{
@@ -62,7 +62,24 @@ impl FromStr for Format {
 /// The proxy's access log: a format and the queue to the writer thread.
 #[derive(Debug)]
 pub struct AccessLog {
-    tx: Option<SyncSender<Line>>,
+    tx: Option<SyncSender<Queued>>,
+}
+
+mod tcp;
+pub use tcp::TcpEntry;
+
+/// What goes to the writer.
+#[derive(Debug)]
+enum Queued {
+    Http(Line),
+    Tcp(Box<TcpEntry>),
+}
+
+/// Queues `q` for the writer, or counts it dropped when the queue is full.
+fn enqueue(tx: &SyncSender<Queued>, q: Queued) {
+    if let Err(TrySendError::Full(_)) = tx.try_send(q) {
+        metrics::counter!(DROPPED).increment(1);
+    }
 }
 
 /// The endpoint that answered a request, left on its response for the log.
@@ -210,7 +227,7 @@ pub struct Logged {
     inner: ProxyBody,
     /// Taken when the line is sent.
     entry: Option<Box<Entry>>,
-    tx: SyncSender<Line>,
+    tx: SyncSender<Queued>,
 }
 
 impl Logged {
@@ -244,9 +261,7 @@ impl Logged {
             return;
         };
         entry.total = entry.start.elapsed();
-        if let Err(TrySendError::Full(_)) = self.tx.try_send(Line { entry, outcome }) {
-            metrics::counter!(DROPPED).increment(1);
-        }
+        enqueue(&self.tx, Queued::Http(Line { entry, outcome }));
     }
 }
 
@@ -555,15 +570,19 @@ fn json_str(v: &[u8], out: &mut Vec<u8>) {
 /// The writer thread: every `tick`, the lines queued since, formatted and written at once. It
 /// ends when the log's sender is gone, or stdout is (a closed pipe: the log stops, the proxy
 /// does not).
-fn write_lines(rx: &Receiver<Line>, format: Format, tick: Duration, mut out: impl Write) {
+fn write_lines(rx: &Receiver<Queued>, format: Format, tick: Duration, mut out: impl Write) {
     let mut clock = Clock::default();
     let mut buf = Vec::with_capacity(64 * 1024);
     loop {
         let gone = loop {
             match rx.try_recv() {
-                Ok(line) => match format {
+                Ok(Queued::Http(line)) => match format {
                     Format::Json => json_line(&line, &mut clock, &mut buf),
                     _ => apache_line(&line, &mut clock, &mut buf),
+                },
+                Ok(Queued::Tcp(entry)) => match format {
+                    Format::Json => tcp::json_line(&entry, &mut clock, &mut buf),
+                    _ => tcp::apache_line(&entry, &mut clock, &mut buf),
                 },
                 Err(TryRecvError::Empty) => break false,
                 Err(TryRecvError::Disconnected) => break true,
@@ -700,7 +719,7 @@ mod tests {
     fn the_writer_writes_every_queued_line_then_ends_with_its_sender() {
         let (tx, rx) = mpsc::sync_channel(8);
         for outcome in [Outcome::Complete, Outcome::Failed, Outcome::Incomplete] {
-            tx.send(line(outcome)).expect("queued");
+            tx.send(Queued::Http(line(outcome))).expect("queued");
         }
         drop(tx);
         let mut out = Vec::new();

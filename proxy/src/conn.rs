@@ -217,22 +217,29 @@ async fn relay_tcp(shared: &Shared, conn: ConnInfo, io: Prefixed<TcpStream>) {
         ),
     };
     metrics.opened.increment(1);
+    let log = &shared.access_log;
+    let mut line = log.tcp_begin(conn.client.0, conn.direction, dst.0, &metrics.service);
     let up = tcp::connect(target, shared.config.connect_timeout).await;
     // The relay may last hours: it keeps its counters, not the registry state it began with.
     let metrics = metrics.clone();
     drop(snap);
     match up {
         Ok(up) => {
+            if let Some(l) = line.as_mut() {
+                l.set_upstream(up.stream.peer_addr().ok());
+            }
             let idle = Some(shared.config.tcp_idle_timeout).filter(|d| !d.is_zero());
             let _in_flight = up.flight;
-            if let crate::idle::Spliced::Failed(e) = tcp::relay(io, up.stream, &metrics, idle).await
-            {
+            let relayed = tcp::relay(io, up.stream, &metrics, idle).await;
+            if let crate::idle::Spliced::Failed(e) = &relayed.how {
                 tracing::debug!(error = %e, "tcp relay failed");
             }
+            log.tcp_end(line, relayed.how.end(), relayed.received, relayed.sent);
         }
         Err(e) => {
             tracing::debug!(error = %e, dst = %dst.0, "tcp connect failed");
             metrics.closed(m::TcpEnd::ConnectFailed);
+            log.tcp_end(line, m::TcpEnd::ConnectFailed, 0, 0);
         }
     }
 }

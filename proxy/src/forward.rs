@@ -287,7 +287,7 @@ async fn upgrade_and_forward(
                     let (mut d, mut u) = (TokioIo::new(d), TokioIo::new(u));
                     let spliced = crate::idle::splice(&mut d, &mut u, metrics, idle).await;
                     drop((d, u));
-                    ended_splice(spliced, [reset_down, reset_up]);
+                    ended_splice(spliced.how, [reset_down, reset_up]);
                 }
                 Err(e) => tracing::debug!(error = %e, "upgrade failed"),
             }

@@ -30,7 +30,7 @@ mod splice;
 mod watchdog;
 
 pub use body::{IdleBody, Touched};
-pub use splice::{for_upgrade, splice, Spliced, Tunnel};
+pub use splice::{for_upgrade, splice, Relayed, Spliced, Tunnel};
 
 /// The idle timeout of a request on `route` to `svc` (the backend it goes to): the route's
 /// `timeouts.idle`, else the service's `policy.idleTimeout`, else five minutes.

@@ -475,6 +475,8 @@ pub struct TcpMetrics {
     closed: [Counter; 4],
     pub rx: Counter,
     pub tx: Counter,
+    /// The `service` label (for the access log's TCP lines).
+    pub service: Arc<str>,
 }
 
 impl TcpMetrics {
@@ -503,6 +505,11 @@ impl TcpMetrics {
             closed,
             rx: metrics::counter!(names.rx, labels.iter()),
             tx: metrics::counter!(names.tx, labels.iter()),
+            service: labels
+                .iter()
+                .find(|l| l.key() == "service")
+                .map_or("", Label::value)
+                .into(),
         }
     }
 

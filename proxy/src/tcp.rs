@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use crate::{
     balance::{EndpointSet, InFlight},
     error::ProxyError,
-    idle::{splice, Spliced},
+    idle::{splice, Relayed, Spliced},
     metrics::{TcpMetrics, ENDPOINT_DOWN},
     transport::{listen, prefixed::Prefixed},
 };
@@ -93,15 +93,15 @@ pub async fn relay(
     mut upstream: TcpStream,
     metrics: &TcpMetrics,
     idle: Option<Duration>,
-) -> Spliced {
+) -> Relayed {
     // Upstream sockets already probe; a relay may outlive a client that vanished silently.
     listen::keep_probing(downstream.get_ref());
-    let spliced = splice(&mut downstream, &mut upstream, Some(metrics), idle).await;
-    if let Spliced::Failed(_) = spliced {
+    let relayed = splice(&mut downstream, &mut upstream, Some(metrics), idle).await;
+    if let Spliced::Failed(_) = relayed.how {
         reset_on_close(downstream.get_ref());
         reset_on_close(&upstream);
     }
-    spliced
+    relayed
 }
 
 /// Makes the socket's close send RST instead of FIN (SO_LINGER 0, which never blocks the drop).

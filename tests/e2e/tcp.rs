@@ -195,7 +195,10 @@ async fn opaque_bytes_to_a_virtual_ip_are_relayed_exactly_through_a_half_close()
         "services:\n- name: echo\n  addresses: [\"10.96.0.20:7000\"]\n\
          \x20 endpoints: [{{address: \"{echo}\"}}]\n"
     );
-    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(registry)
+        .env("WEIR_PROXY_ACCESS_LOG", "json");
+    let pod = Sidecar::start(ns, proxy).await;
 
     // Larger than the socket buffers, so it streams; byte 0 is 0x00, which no protocol starts with.
     let n: u64 = 256 * 1024 + 7;
@@ -230,6 +233,49 @@ async fn opaque_bytes_to_a_virtual_ip_are_relayed_exactly_through_a_half_close()
     );
     assert_eq!(detections(&text, "opaque"), Some(1.0), "{text}");
     assert_eq!(closes(&text, "echo.default", "eof"), Some(1.0), "{text}");
+
+    // The relay's access-log line, written when it closed.
+    let line = access_line(&pod, "\"protocol\":\"tcp\"").await;
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON line");
+    let client = v["client"].as_str().expect("client").to_owned();
+    assert!(
+        client.starts_with(&format!("{}:", pod.ns.ns_ip())),
+        "{line}"
+    );
+    assert_eq!(
+        (
+            &v["direction"],
+            &v["destination"],
+            &v["service"],
+            &v["upstream"]
+        ),
+        (
+            &"outbound".into(),
+            &"10.96.0.20:7000".into(),
+            &"echo.default".into(),
+            &echo.to_string().into()
+        ),
+        "{line}"
+    );
+    assert_eq!(
+        (
+            v["bytes_received"].as_u64(),
+            v["bytes_sent"].as_u64(),
+            v["status"].as_u64()
+        ),
+        (Some(n), Some(expected.len() as u64), Some(200)),
+        "{line}"
+    );
+    assert_eq!(v["outcome"], "eof", "{line}");
+}
+
+/// The pod's first access-log line containing `needle`, polled for.
+async fn access_line(pod: &Sidecar, needle: &str) -> String {
+    poll_until(DEADLINE, "the relay's access-log line", || async {
+        let log = pod.proxy.log();
+        log.lines().find(|l| l.contains(needle)).map(str::to_owned)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -486,13 +532,43 @@ async fn a_relay_with_no_endpoint_to_reach_closes_the_client_and_counts_it() {
         "services:\n- name: gone\n  addresses: [\"10.96.0.22:7000\"]\n\
          \x20 endpoints: [{{address: \"{dead}\"}}]\n"
     );
-    let pod = Sidecar::start(ns, WeirProxy::builder().registry_yaml(registry)).await;
+    let proxy = WeirProxy::builder()
+        .registry_yaml(registry)
+        .env("WEIR_PROXY_ACCESS_LOG", "apache");
+    let pod = Sidecar::start(ns, proxy).await;
     let out = client(&pod, &["repeat", "10.96.0.22", "7000", "1"]).await;
     assert_eq!(String::from_utf8_lossy(&out).trim(), "0");
     let text = once_closed(&pod, "gone.default", "connect-failed", 1.0).await;
     assert_eq!(
         tcp(&text, "weir_tcp_connections_opened_total", "gone.default"),
         Some(1.0)
+    );
+    // Logged as nginx's stream module would: 502, no upstream, nothing moved.
+    let line = access_line(&pod, "\"TCP 10.96.0.22:7000\"").await;
+    assert!(
+        line.starts_with(&format!("{} - - [", pod.ns.ns_ip())),
+        "{line}"
+    );
+    let after = line
+        .split("\"TCP 10.96.0.22:7000\" ")
+        .nth(1)
+        .expect("the request");
+    let fields: Vec<&str> = after.split(' ').collect();
+    assert_eq!(fields[..4], ["502", "0", "\"-\"", "\"-\""], "{line}");
+    // Seconds, then direction, service, route, upstream, error, outcome, request id, received.
+    assert_eq!(
+        fields[5..],
+        [
+            "outbound",
+            "gone.default",
+            "-",
+            "-",
+            "-",
+            "connect-failed",
+            "-",
+            "0"
+        ],
+        "{line}"
     );
 }
 

@@ -3,7 +3,7 @@
 //! timeout, counts the client side's bytes as they move and the close by how it ended; and the
 //! request extension that carries an upgrade's idle timeout and route series to its splice.
 
-use std::{future::Future, io, sync::Arc, time::Duration};
+use std::{cell::Cell, future::Future, io, sync::Arc, time::Duration};
 
 use http::request::Parts;
 use metrics::Counter;
@@ -51,7 +51,7 @@ impl Spliced {
     }
 
     /// The close's `reason`.
-    fn end(&self) -> TcpEnd {
+    pub fn end(&self) -> TcpEnd {
         match self {
             Spliced::Eof => TcpEnd::Eof,
             Spliced::IdleTimeout => TcpEnd::IdleTimeout,
@@ -76,23 +76,40 @@ impl Spliced {
     }
 }
 
+/// How a splice ended, and the bytes it moved on the client's side.
+#[derive(Debug)]
+pub struct Relayed {
+    pub how: Spliced,
+    /// Received from the client.
+    pub received: u64,
+    /// Sent to the client.
+    pub sent: u64,
+}
+
 /// Copies both ways between `down` (the client's side) and `up` until both have ended (each
 /// EOF passed on as a write shutdown) or one fails, or, with `idle`, until no byte moved
 /// either way for that long. With `metrics`, counts `down`'s bytes as they move (a long-lived
 /// tunnel shows before it ends) and the close by how it ended; the caller counts the open.
-/// The caller closes (or resets) both sides.
+/// The caller closes (or resets) both sides. Unwatched (no metrics, no idle timeout), a splice
+/// that failed reports no bytes.
 pub async fn splice<A, B>(
     down: &mut A,
     up: &mut B,
     metrics: Option<&TcpMetrics>,
     idle: Option<Duration>,
-) -> Spliced
+) -> Relayed
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
     if metrics.is_none() && idle.is_none() {
-        return Spliced::of(tokio::io::copy_bidirectional(down, up).await);
+        let copied = tokio::io::copy_bidirectional(down, up).await;
+        let (received, sent) = *copied.as_ref().unwrap_or(&(0, 0));
+        return Relayed {
+            how: Spliced::of(copied),
+            received,
+            sent,
+        };
     }
     let clock = idle.map(|d| Arc::new(IdleClock::new(d)));
     let mut down = Tapped {
@@ -100,28 +117,38 @@ where
         tap: Moved {
             rx: metrics.map_or(Counter::noop(), |m| m.rx.clone()),
             tx: metrics.map_or(Counter::noop(), |m| m.tx.clone()),
+            received: Cell::new(0),
+            sent: Cell::new(0),
             clock: clock.clone(),
         },
     };
     let copied = tokio::io::copy_bidirectional(&mut down, up);
-    let spliced = Spliced::until_idle(copied, clock.as_deref()).await;
+    let how = Spliced::until_idle(copied, clock.as_deref()).await;
     if let Some(m) = metrics {
-        m.closed(spliced.end());
+        m.closed(how.end());
     }
-    spliced
+    Relayed {
+        how,
+        received: down.tap.received.get(),
+        sent: down.tap.sent.get(),
+    }
 }
 
-/// Counts the client side's bytes (received from and sent to the client) and, with an idle
-/// timeout, touches its clock: every byte either way passes the client's side.
+/// Counts the client side's bytes (received from and sent to the client: in the series, and
+/// for this splice's own account) and, with an idle timeout, touches its clock: every byte
+/// either way passes the client's side.
 struct Moved {
     rx: Counter,
     tx: Counter,
+    received: Cell<u64>,
+    sent: Cell<u64>,
     clock: Option<Arc<IdleClock>>,
 }
 
 impl Tap for Moved {
     fn read(&self, n: usize) {
         self.rx.increment(n as u64);
+        self.received.set(self.received.get() + n as u64);
         if let Some(c) = &self.clock {
             c.touch();
         }
@@ -129,6 +156,7 @@ impl Tap for Moved {
 
     fn wrote(&self, n: usize) {
         self.tx.increment(n as u64);
+        self.sent.set(self.sent.get() + n as u64);
         if let Some(c) = &self.clock {
             c.touch();
         }
@@ -159,7 +187,8 @@ mod tests {
         }
         assert!(!task.is_finished(), "300 ms of traffic, never 100 ms still");
         let r = task.await.expect("splice task");
-        assert!(matches!(r, Spliced::IdleTimeout), "{r:?}");
+        assert!(matches!(r.how, Spliced::IdleTimeout), "{r:?}");
+        assert_eq!((r.received, r.sent), (20, 0), "five pings up, nothing down");
         let mut rest = Vec::new();
         assert_eq!(client.read_to_end(&mut rest).await.expect("closed"), 0);
     }
