@@ -497,14 +497,7 @@ fn json_line(line: &Line, clock: &mut Clock, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"route\":");
     json_opt(Some(route.as_bytes()).filter(|s| !s.is_empty()), out);
     out.extend_from_slice(b",\"upstream\":");
-    match e.upstream {
-        Some(u) => {
-            out.push(b'"');
-            socket(u, out);
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
+    json_socket(e.upstream, out);
     out.extend_from_slice(b",\"error\":");
     json_opt(e.error.as_ref().map(HeaderValue::as_bytes), out);
     out.extend_from_slice(b",\"outcome\":\"");
@@ -516,6 +509,18 @@ fn json_line(line: &Line, clock: &mut Clock, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"request_id\":");
     json_opt(e.request_id.as_ref().map(HeaderValue::as_bytes), out);
     out.extend_from_slice(b"}\n");
+}
+
+/// `"1.2.3.4:80"`, or `null`.
+fn json_socket(a: Option<SocketAddr>, out: &mut Vec<u8>) {
+    match a {
+        Some(a) => {
+            out.push(b'"');
+            socket(a, out);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    }
 }
 
 fn json_opt(v: Option<&[u8]>, out: &mut Vec<u8>) {

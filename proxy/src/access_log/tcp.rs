@@ -129,14 +129,7 @@ pub(super) fn json_line(e: &TcpEntry, clock: &mut Clock, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\",\"service\":");
     json_opt(Some(e.service.as_bytes()).filter(|s| !s.is_empty()), out);
     out.extend_from_slice(b",\"upstream\":");
-    match e.upstream {
-        Some(u) => {
-            out.push(b'"');
-            socket(u, out);
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
+    super::json_socket(e.upstream, out);
     out.extend_from_slice(b",\"status\":");
     num(status(e), out);
     out.extend_from_slice(b",\"bytes_received\":");
